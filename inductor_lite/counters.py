@@ -1,0 +1,23 @@
+"""Process-wide counters that make coverage and caching measurable.
+
+``counters`` is a `collections.Counter`; the keys every stage maintains:
+
+- ``graphs_compiled``: FX graphs (forward, backward or inference) the backend lowered;
+- ``graphs_fallback``: graphs that failed to lower and run eagerly instead;
+- ``kernels_generated``: DSL kernels emitted by codegen;
+- ``kernels_compiled``: binaries built through LLVM (disk-cache misses);
+- ``cache_hits``: binaries loaded from the on-disk cache;
+- ``extern_calls``: aten fallback calls placed in compiled graphs;
+- ``extern.<op>``: the same, per aten overload, e.g. ``extern.aten.mm.default``.
+"""
+
+from __future__ import annotations
+
+import collections
+
+counters: collections.Counter = collections.Counter()
+
+
+def reset() -> None:
+    """Zero every counter (tests and benchmarks call this between runs)."""
+    counters.clear()

@@ -1,0 +1,263 @@
+"""Typed block IR: what the DSL frontend produces and both backends consume.
+
+A kernel is one `Function`: typed arguments and a `Block` of `Op`s in SSA form.
+Every value is a *block tensor* (`BlockType`): an element type and a static shape;
+shape ``()`` is a scalar that every thread of the program holds. The IR has no
+layouts: which thread owns which element is decided by the NVPTX lowering, and the
+interpreter ignores the question entirely.
+
+The frontend makes every op explicit: operands of a binary op already have the
+same shape (``broadcast``/``splat`` inserted) and the same element type (``cast``
+inserted), following Triton's promotion rules. Backends never promote.
+
+Opcodes (``Op.opcode``), their operands, attributes and result:
+
+===============  ==========================  =============================  ==================
+opcode           operands                    attrs                          result
+===============  ==========================  =============================  ==================
+constant         -                           value (python number)          scalar or splat
+program_id       -                           axis (0, 1, 2)                 i32 scalar
+num_programs     -                           axis                           i32 scalar
+arange           -                           start, end (ints)              i32 [end-start]
+splat            scalar                      -                              block of `shape`
+broadcast        block                       -                              block, size-1 dims grown
+expand_dims      block                       axis                           rank + 1
+reshape          block                       -                              same numel
+binary           a, b                        op (BINARY_OPS)                same type as a
+compare          a, b                        pred (COMPARE_PREDS)           i1, same shape
+math             x (, y)                     fn (MATH_FNS)                  same type as x
+select           cond(i1), a, b              -                              type of a
+cast             x                           -                              result type
+bitcast          x                           -                              result type
+load             ptr (, mask (, other))      -                              pointee type
+store            ptr, value (, mask)         -                              none
+reduce           x                           axis, combine (REDUCE_KINDS)   x's shape less axis
+argreduce        x                           axis, combine ('argmax'|...)   i32 indices
+welford_combine  mean,m2,n per side (6)      axis                           3 results
+for              lb, ub, step, inits...      body (Block), iv, carried      one per init
+yield            values...                   -                              none
+===============  ==========================  =============================  ==================
+
+Semantics follow Triton (and so C) where Python and C differ: integer ``//`` and
+``%`` truncate toward zero; float ``/`` is IEEE division; shifts are arithmetic for
+signed types. ``maximum``/``minimum`` and the ``max``/``min`` reductions propagate
+NaN as torch does. Half types (fp16, bf16) are stored as such but every arithmetic
+op on them is computed in fp32: the frontend casts up before and down after.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+BINARY_OPS = (
+    "add", "sub", "mul", "truediv", "floordiv", "mod",
+    "and", "or", "xor", "shl", "shr", "maximum", "minimum",
+)
+COMPARE_PREDS = ("lt", "le", "gt", "ge", "eq", "ne")
+MATH_FNS = (
+    "neg", "not", "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt",
+    "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil",
+    "round", "trunc", "pow", "atan2", "fmod", "isnan", "isinf",
+)
+REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
+
+
+@dataclass(frozen=True)
+class DType:
+    """A scalar element type.
+
+    ``name`` is the DSL spelling (``float32``, ``bfloat16``, ``int64``, ``int1`` ...),
+    ``bits`` the storage width, ``kind`` one of ``float``, ``int``, ``uint``, ``bool``.
+    """
+
+    name: str
+    bits: int
+    kind: str
+
+    @property
+    def is_floating(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in ("int", "uint", "bool")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind == "int"
+
+    @property
+    def itemsize(self) -> int:
+        return max(1, self.bits // 8)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+float16 = DType("float16", 16, "float")
+bfloat16 = DType("bfloat16", 16, "float")
+float32 = DType("float32", 32, "float")
+float64 = DType("float64", 64, "float")
+int1 = DType("int1", 1, "bool")
+int8 = DType("int8", 8, "int")
+int16 = DType("int16", 16, "int")
+int32 = DType("int32", 32, "int")
+int64 = DType("int64", 64, "int")
+uint8 = DType("uint8", 8, "uint")
+DTYPES = {d.name: d for d in (float16, bfloat16, float32, float64, int1, int8, int16, int32, int64, uint8)}
+
+
+@dataclass(frozen=True)
+class PointerType:
+    """A global-memory pointer to elements of ``element`` (address space 1)."""
+
+    element: DType
+
+    @property
+    def name(self) -> str:
+        return f"ptr<{self.element.name}>"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+ElementType = Union[DType, PointerType]
+
+
+@dataclass(frozen=True)
+class BlockType:
+    """Element type plus static shape; ``shape == ()`` is a scalar."""
+
+    element: ElementType
+    shape: tuple[int, ...] = ()
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.shape == ()
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def with_shape(self, shape: tuple[int, ...]) -> "BlockType":
+        return BlockType(self.element, tuple(shape))
+
+    def with_element(self, element: ElementType) -> "BlockType":
+        return BlockType(element, self.shape)
+
+    def __repr__(self) -> str:
+        if self.is_scalar:
+            return repr(self.element)
+        return f"{self.element!r}[{', '.join(map(str, self.shape))}]"
+
+
+_value_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Value:
+    """An SSA value. ``name`` is only for printing."""
+
+    type: BlockType
+    name: str = ""
+    id: int = field(default_factory=lambda: next(_value_ids))
+
+    def __repr__(self) -> str:
+        return f"%{self.name or self.id}: {self.type!r}"
+
+
+@dataclass(eq=False)
+class Op:
+    """One operation. ``results`` is empty for store/yield, one value for most ops,
+    three for welford_combine and one per loop-carried value for ``for``."""
+
+    opcode: str
+    operands: list[Value]
+    results: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def result(self) -> Value:
+        assert len(self.results) == 1, f"{self.opcode} has {len(self.results)} results"
+        return self.results[0]
+
+
+@dataclass(eq=False)
+class Block:
+    """A straight-line list of ops; the body of a function or of a ``for`` loop."""
+
+    ops: list[Op] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """How one kernel argument was specialised.
+
+    ``divisible_by_16``: a pointer whose address is 16-byte aligned, or an integer
+    divisible by 16. ``equal_to_1``: an integer argument that was 1 (folded to a
+    constant). Both are part of the compile cache key.
+    """
+
+    name: str
+    type: BlockType
+    divisible_by_16: bool = False
+    equal_to_1: bool = False
+
+
+@dataclass(eq=False)
+class Function:
+    """A kernel: its name, its runtime arguments (constexprs are already folded in),
+    the values standing for those arguments, and its body.
+
+    ``for`` ops keep their body in ``attrs['body']`` (a `Block`), the induction
+    variable in ``attrs['iv']`` and the values that carry state into the body in
+    ``attrs['carried']`` (one per init, same types); the body ends with a ``yield``
+    of the next carried values.
+    """
+
+    name: str
+    args: list[ArgSpec]
+    arg_values: list[Value]
+    body: Block
+    constexprs: dict[str, Any] = field(default_factory=dict)
+
+    def walk(self):
+        """Yield every op, loop bodies included, in program order."""
+
+        def visit(block: Block):
+            for op in block.ops:
+                yield op
+                if op.opcode == "for":
+                    yield from visit(op.attrs["body"])
+
+        yield from visit(self.body)
+
+
+def format_function(fn: Function) -> str:
+    """Readable text of the IR, for debug dumps and error messages."""
+    lines = [f"func {fn.name}({', '.join(f'{a.name}: {a.type!r}' for a in fn.args)}) {{"]
+
+    def name(v: Optional[Value]) -> str:
+        return f"%{v.name or v.id}"
+
+    def emit(block: Block, indent: str):
+        for op in block.ops:
+            res = ", ".join(name(r) for r in op.results)
+            lhs = f"{res} = " if res else ""
+            attrs = {k: v for k, v in op.attrs.items() if k not in ("body", "iv", "carried")}
+            attr_s = f" {attrs}" if attrs else ""
+            types = ", ".join(repr(r.type) for r in op.results)
+            lines.append(f"{indent}{lhs}{op.opcode}({', '.join(name(o) for o in op.operands)}){attr_s} : {types}")
+            if op.opcode == "for":
+                carried = ", ".join(name(c) for c in op.attrs["carried"])
+                lines.append(f"{indent}  ^body({name(op.attrs['iv'])}; {carried}):")
+                emit(op.attrs["body"], indent + "    ")
+
+    emit(fn.body, "  ")
+    lines.append("}")
+    return "\n".join(lines)
