@@ -43,6 +43,37 @@ Semantics follow Triton (and so C) where Python and C differ: integer ``//`` and
 signed types. ``maximum``/``minimum`` and the ``max``/``min`` reductions propagate
 NaN as torch does. Half types (fp16, bf16) are stored as such but every arithmetic
 op on them is computed in fp32: the frontend casts up before and down after.
+
+Invariants the frontend guarantees (so backends need not handle the other cases):
+
+- ``binary``, ``compare``, ``math``, ``reduce`` and ``argreduce`` never see fp16/bf16
+  operands; half types appear only in ``constant``, ``load``, ``store``, ``select``,
+  ``cast``, ``bitcast`` and the shape ops (splat, broadcast, expand_dims, reshape).
+- A ``cast`` with a half type on one side has fp32 on the other. Casts never target
+  int1: the frontend emits ``compare ne 0`` instead. Float-to-int casts truncate toward
+  zero; int widening sign-extends signed types and zero-extends uint8 and int1;
+  float narrowing rounds to nearest even.
+- Pointer arithmetic is ``binary add`` with a pointer block first and an int32 or int64
+  block second (offset in elements); the result has the type of the pointer operand.
+- ``binary`` ``floordiv`` only has integer operands; ``mod`` on floats is C ``fmod``
+  (sign of the dividend, as Triton's ``%``); ``and or xor shl shr`` are integer-only;
+  ``add sub mul`` etc. never see int1 (the frontend widens to int32 first), while
+  ``and or xor`` and ``math not`` (bitwise complement) do.
+- ``math``: ``isnan``/``isinf`` give int1; ``round`` rounds half to even (torch.round,
+  libdevice ``rint``); ``pow``/``atan2``/``fmod`` take two operands of one float type;
+  ``neg`` and ``abs`` take floats or integers, ``not`` integers only (bitwise
+  complement, logical not on int1), the others floats only.
+- ``load`` with a mask always has ``other`` (already of the pointee type); all operands
+  of ``load``/``store`` have the same shape, and ``store``'s value has the pointee type.
+- ``reduce`` returns its operand's element type (the frontend casts first: sums of
+  small ints run in int32, sums of halves in fp32); ``argreduce`` returns int32 indices,
+  ties go to the first index and NaN counts as both the maximum and the minimum
+  (torch.argmax/argmin).
+- ``for`` iterates ``iv = lb, lb + step, ...`` while ``iv < ub`` (``step > 0``); lb, ub,
+  step and iv share one integer type (int32, or int64 if any bound is int64).
+- ``Op.loc`` (a `SourceLoc`, may be None) names the kernel source line that made the op.
+
+`verifier.verify` checks all of this; ``Kernel.build_ir`` runs it on every function.
 """
 
 from __future__ import annotations
@@ -171,15 +202,29 @@ class Value:
         return f"%{self.name or self.id}: {self.type!r}"
 
 
+@dataclass(frozen=True)
+class SourceLoc:
+    """Where an op came from: file name, 1-based line number in that file, line text."""
+
+    filename: str
+    lineno: int
+    line: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}: {self.line.strip()}"
+
+
 @dataclass(eq=False)
 class Op:
     """One operation. ``results`` is empty for store/yield, one value for most ops,
-    three for welford_combine and one per loop-carried value for ``for``."""
+    three for welford_combine and one per loop-carried value for ``for``.
+    ``loc``: the source line that produced it, for error messages (may be None)."""
 
     opcode: str
     operands: list[Value]
     results: list[Value]
     attrs: dict[str, Any] = field(default_factory=dict)
+    loc: Optional[SourceLoc] = None
 
     @property
     def result(self) -> Value:

@@ -1,0 +1,26 @@
+"""The block DSL: ``import inductor_lite.dsl as dl``.
+
+Kernels are Python functions decorated with `kernel` and written against the
+functions of `language` (re-exported here); see `kernel.Kernel` for launching and
+`ir` for the IR they compile to.
+"""
+
+from .frontend import CompilationError
+from .kernel import Kernel, Specialization, kernel
+from .language import (
+    abs, arange, argmax, argmin, atan2, bfloat16, broadcast_to, cast, cdiv, ceil, constexpr, cos, dtype,
+    erf, exp, exp2, expand_dims, expm1, float16, float32, float64, floor, fmod, full, int1, int8, int16,
+    int32, int64, isinf, isnan, load, log, log1p, log2, max, maximum, min, minimum, num_programs, pow,
+    prod, program_id, reshape, round, rsqrt, sigmoid, sin, sqrt, static_range, store, sum, tan, tanh,
+    trunc, uint8, where, zeros,
+)
+
+__all__ = [
+    "CompilationError", "Kernel", "Specialization", "kernel",
+    "abs", "arange", "argmax", "argmin", "atan2", "bfloat16", "broadcast_to", "cast", "cdiv", "ceil",
+    "constexpr", "cos", "dtype", "erf", "exp", "exp2", "expand_dims", "expm1", "float16", "float32",
+    "float64", "floor", "fmod", "full", "int1", "int8", "int16", "int32", "int64", "isinf", "isnan", "load",
+    "log", "log1p", "log2", "max", "maximum", "min", "minimum", "num_programs", "pow", "prod",
+    "program_id", "reshape", "round", "rsqrt", "sigmoid", "sin", "sqrt", "static_range", "store", "sum",
+    "tan", "tanh", "trunc", "uint8", "where", "zeros",
+]

@@ -1,0 +1,410 @@
+"""Reference interpreter of the block IR with torch ops: the DSL's reference semantics,
+the CPU execution path, and a debugging aid (``INDUCTOR_LITE_INTERPRET=1`` runs CUDA
+tensors through it too, on their device).
+
+Programs are vectorised: each IR op is evaluated once for a chunk of P programs, a
+value of block shape S being a tensor of shape [P, *S] (scalars [P]). Values that are
+the same in every program (constants, arguments, aranges, and anything computed only
+from them) keep a leading dimension of 1 and broadcast, so P only multiplies the
+per-program work. P is chosen so P * numel(largest block) is about `CHUNK_ELEMENTS`.
+A ``for`` loop runs with Python ``range`` and so needs bounds that are the same in
+every program of a chunk; when a loop bound depends on ``program_id`` the whole
+launch runs one program per chunk.
+
+Pointers are a tensor's whole storage as a flat 1-D view plus int64 element offsets
+into it (the tensor's ``storage_offset`` is the base). Loads and stores are gathers
+and scatters on that view; masked-off lanes are never touched. An unmasked access
+outside the storage raises `IndexError` naming the kernel and the op's source line.
+
+Integer semantics match the GPU: two's-complement wrapping, C-style (truncating)
+``//`` and ``%``; division by zero gives an unspecified value instead of trapping.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from . import ir
+
+CHUNK_ELEMENTS = 1 << 22
+"""Target size (elements) of the largest value of one chunk of programs."""
+
+TORCH_DTYPES = {
+    ir.float16: torch.float16,
+    ir.bfloat16: torch.bfloat16,
+    ir.float32: torch.float32,
+    ir.float64: torch.float64,
+    ir.int1: torch.bool,
+    ir.int8: torch.int8,
+    ir.int16: torch.int16,
+    ir.int32: torch.int32,
+    ir.int64: torch.int64,
+    ir.uint8: torch.uint8,
+}
+_COMPARE = {"lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne}
+_UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1,
+    "log": torch.log, "log2": torch.log2, "log1p": torch.log1p, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+    "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+    "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
+    "isnan": torch.isnan, "isinf": torch.isinf,
+}
+_BINARY_MATH = {"pow": torch.pow, "atan2": torch.atan2, "fmod": torch.fmod}
+_SIMPLE_BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
+    "and": torch.bitwise_and, "or": torch.bitwise_or, "xor": torch.bitwise_xor,
+    "shl": torch.bitwise_left_shift, "shr": torch.bitwise_right_shift,
+    "maximum": torch.maximum, "minimum": torch.minimum,
+}
+
+
+class _Ptr:
+    """A pointer value: ``flat`` (the storage as 1-D) and absolute element ``offsets``
+    ([L, *shape] int64); ``arg``/``base`` name the argument for error messages."""
+
+    __slots__ = ("flat", "offsets", "arg", "base")
+
+    def __init__(self, flat: torch.Tensor, offsets: torch.Tensor, arg: str, base: int):
+        self.flat, self.offsets, self.arg, self.base = flat, offsets, arg, base
+
+    def with_offsets(self, offsets: torch.Tensor) -> "_Ptr":
+        return _Ptr(self.flat, offsets, self.arg, self.base)
+
+
+@dataclass
+class _Plan:
+    """Per-function facts computed once: the values each block can free after each op,
+    the largest block, and whether some loop bound differs between programs."""
+
+    frees: dict[int, list[list[ir.Value]]]
+    max_numel: int
+    bounds_vary: bool
+
+
+_plans: "weakref.WeakKeyDictionary[ir.Function, _Plan]" = weakref.WeakKeyDictionary()
+
+
+def run(kernel, grid: Sequence[int], args: Sequence[Any], constexprs: dict[str, Any]) -> None:
+    """Run ``kernel`` (a `kernel.Kernel`) over ``grid`` on ``args``' device.
+
+    Raises:
+        CompilationError: the kernel does not compile.
+        IndexError: an unmasked load or store outside a tensor's storage.
+        RuntimeError: a loop whose bounds differ between programs of one chunk, or a
+            select between pointers into different tensors.
+    """
+    spec = kernel.specialize(args, constexprs)
+    fn = kernel.build_ir(spec)
+    with torch.no_grad():
+        _Interpreter(kernel.name, fn, tuple(grid), args).run()
+
+
+def _plan(fn: ir.Function) -> _Plan:
+    plan = _plans.get(fn)
+    if plan is None:
+        frees: dict[int, list[list[ir.Value]]] = {}
+        _plan_block(fn.body, [], frees)
+        max_numel = max([r.type.numel for op in fn.walk() for r in op.results] + [1])
+        plan = _plans[fn] = _Plan(frees, max_numel, _bounds_vary(fn))
+    return plan
+
+
+def _uses(op: ir.Op) -> list[ir.Value]:
+    if op.opcode != "for":
+        return op.operands
+    return op.operands + [v for inner in _walk_block(op.attrs["body"]) for v in inner.operands]
+
+
+def _walk_block(block: ir.Block):
+    for op in block.ops:
+        yield op
+        if op.opcode == "for":
+            yield from _walk_block(op.attrs["body"])
+
+
+def _plan_block(block: ir.Block, entry: list[ir.Value], frees: dict) -> None:
+    """For each op of ``block``, the values defined in the block (or on entry to it)
+    whose last use it is; recurses into loop bodies."""
+    last: dict[ir.Value, int] = {v: 0 for v in entry}
+    for i, op in enumerate(block.ops):
+        for v in _uses(op):
+            if v in last:
+                last[v] = i
+        for r in op.results:
+            last[r] = i
+        if op.opcode == "for":
+            _plan_block(op.attrs["body"], [op.attrs["iv"], *op.attrs["carried"]], frees)
+    per_op: list[list[ir.Value]] = [[] for _ in block.ops]
+    for v, i in last.items():
+        if block.ops:
+            per_op[i].append(v)
+    frees[id(block)] = per_op
+
+
+def _bounds_vary(fn: ir.Function) -> bool:
+    """Whether some ``for`` bound may differ between programs (depends on program_id)."""
+    varying: set[ir.Value] = set()
+
+    def visit(block: ir.Block) -> bool:
+        for op in block.ops:
+            if op.opcode == "program_id":
+                varying.add(op.result)
+            elif op.opcode == "for":
+                if any(v in varying for v in op.operands[:3]):
+                    return True
+                carried, body = op.attrs["carried"], op.attrs["body"]
+                varying.update(c for c, init in zip(carried, op.operands[3:]) if init in varying)
+                while True:
+                    if visit(body):
+                        return True
+                    grown = {c for c, y in zip(carried, body.ops[-1].operands) if y in varying} - varying
+                    if not grown:
+                        break
+                    varying.update(grown)
+                varying.update(r for r, c in zip(op.results, carried) if c in varying)
+            elif any(v in varying for v in op.operands):
+                varying.update(op.results)
+        return False
+
+    return visit(fn.body)
+
+
+def _int_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C division (truncating); b == 0 gives an unspecified value, INT_MIN / -1 wraps
+    (torch would trap on both)."""
+    if a.dtype == torch.bool or not a.dtype.is_signed:
+        return torch.div(a, torch.where(b == 0, 1, b), rounding_mode="trunc")
+    minus_one = b == -1
+    q = torch.div(a, torch.where((b == 0) | minus_one, 1, b), rounding_mode="trunc")
+    return torch.where(minus_one, torch.neg(a), q)
+
+
+def _int_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C remainder (sign of the dividend); b == 0 gives an unspecified value."""
+    if not a.dtype.is_signed:
+        return torch.fmod(a, torch.where(b == 0, 1, b))
+    minus_one = b == -1
+    r = torch.fmod(a, torch.where((b == 0) | minus_one, 1, b))
+    return torch.where(minus_one, torch.zeros_like(r), r)
+
+
+class _Interpreter:
+    """Executes one launch of one `ir.Function`."""
+
+    def __init__(self, name: str, fn: ir.Function, grid: tuple[int, ...], args: Sequence[Any]):
+        self.name = name
+        self.fn = fn
+        self.grid = grid + (1,) * (3 - len(grid))
+        self.device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        self.plan = _plan(fn)
+        self.env: dict[ir.Value, Any] = {}
+        for spec, value, a in zip(fn.args, fn.arg_values, args):
+            self.env[value] = self._bind_arg(spec, a)
+
+    def _bind_arg(self, spec: ir.ArgSpec, a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            numel = a.untyped_storage().nbytes() // a.element_size()
+            flat = a.detach().as_strided((numel,), (1,), 0)
+            base = a.storage_offset()
+            return _Ptr(flat, torch.tensor([base], dtype=torch.int64, device=self.device), spec.name, base)
+        return torch.tensor([a], dtype=TORCH_DTYPES[spec.type.element], device=self.device)
+
+    def run(self) -> None:
+        total = math.prod(self.grid)
+        chunk = 1 if self.plan.bounds_vary else max(1, CHUNK_ELEMENTS // self.plan.max_numel)
+        for start in range(0, total, chunk):
+            self.linear = torch.arange(start, min(start + chunk, total), dtype=torch.int64, device=self.device)
+            self.exec_block(self.fn.body)
+
+    def exec_block(self, block: ir.Block) -> Optional[list[Any]]:
+        """Run ``block``'s ops; returns the yielded values of a loop body."""
+        env, frees, result = self.env, self.plan.frees[id(block)], None
+        for op, dead in zip(block.ops, frees):
+            if op.opcode == "yield":
+                result = [env[v] for v in op.operands]
+            else:
+                _HANDLERS[op.opcode](self, op, *[env[v] for v in op.operands])
+            for v in dead:
+                env.pop(v, None)
+        return result
+
+    def _set(self, op: ir.Op, value: Any) -> None:
+        self.env[op.result] = value
+
+    def _error(self, op: ir.Op, exc: type, message: str) -> Exception:
+        where = f" at {op.loc}" if op.loc is not None else ""
+        return exc(f"kernel {self.name}: {message}{where}")
+
+    # ------------------------------------------------------------------ creation
+
+    def _op_constant(self, op):
+        t = op.result.type
+        self._set(op, torch.full((1,) + t.shape, op.attrs["value"], dtype=TORCH_DTYPES[t.element],
+                                 device=self.device))
+
+    def _op_program_id(self, op):
+        axis, (g0, g1, _) = op.attrs["axis"], self.grid
+        lin = self.linear
+        pid = lin % g0 if axis == 0 else (lin // g0) % g1 if axis == 1 else lin // (g0 * g1)
+        self._set(op, pid.to(torch.int32))
+
+    def _op_num_programs(self, op):
+        self._set(op, torch.tensor([self.grid[op.attrs["axis"]]], dtype=torch.int32, device=self.device))
+
+    def _op_arange(self, op):
+        start, end = op.attrs["start"], op.attrs["end"]
+        self._set(op, torch.arange(start, end, dtype=torch.int32, device=self.device)[None])
+
+    # ------------------------------------------------------------------ shapes
+
+    def _shape_op(self, op, x, f) -> None:
+        self._set(op, x.with_offsets(f(x.offsets)) if isinstance(x, _Ptr) else f(x))
+
+    def _op_splat(self, op, x):
+        shape = op.result.type.shape
+        self._shape_op(op, x, lambda t: t.reshape((t.shape[0],) + (1,) * len(shape)).expand((t.shape[0],) + shape))
+
+    def _op_broadcast(self, op, x):
+        shape = op.result.type.shape
+        self._shape_op(op, x, lambda t: t.expand((t.shape[0],) + shape))
+
+    def _op_expand_dims(self, op, x):
+        self._shape_op(op, x, lambda t: t.unsqueeze(op.attrs["axis"] + 1))
+
+    def _op_reshape(self, op, x):
+        shape = op.result.type.shape
+        self._shape_op(op, x, lambda t: t.reshape((t.shape[0],) + shape))
+
+    # ------------------------------------------------------------------ arithmetic
+
+    def _op_binary(self, op, a, b):
+        kind = op.attrs["op"]
+        if isinstance(a, _Ptr):
+            self._set(op, a.with_offsets(a.offsets + b))  # int64 + int32 stays int64
+        elif kind == "floordiv":
+            self._set(op, _int_div(a, b))
+        elif kind == "mod":
+            self._set(op, torch.fmod(a, b) if a.dtype.is_floating_point else _int_mod(a, b))
+        else:
+            self._set(op, _SIMPLE_BINARY[kind](a, b))
+
+    def _op_compare(self, op, a, b):
+        self._set(op, _COMPARE[op.attrs["pred"]](a, b))
+
+    def _op_math(self, op, x, y=None):
+        fn = op.attrs["fn"]
+        if y is not None:
+            self._set(op, _BINARY_MATH[fn](x, y))
+        elif fn == "not":
+            self._set(op, torch.logical_not(x) if x.dtype == torch.bool else torch.bitwise_not(x))
+        else:
+            self._set(op, _UNARY[fn](x))
+
+    def _op_select(self, op, c, a, b):
+        if isinstance(a, _Ptr):
+            if a.flat.data_ptr() != b.flat.data_ptr() or a.flat.dtype != b.flat.dtype:
+                raise self._error(op, RuntimeError,
+                                  f"where() between pointers into different tensors ({a.arg}, {b.arg}) "
+                                  "is not supported by the interpreter")
+            self._set(op, a.with_offsets(torch.where(c, a.offsets, b.offsets)))
+        else:
+            self._set(op, torch.where(c, a, b))
+
+    def _op_cast(self, op, x):
+        to = op.result.type.element
+        self._set(op, x != 0 if to == ir.int1 else x.to(TORCH_DTYPES[to]))
+
+    def _op_bitcast(self, op, x):
+        self._set(op, x.contiguous().view(TORCH_DTYPES[op.result.type.element]))
+
+    # ------------------------------------------------------------------ memory
+
+    def _addresses(self, op, ptr: _Ptr, offsets: torch.Tensor, mask: Optional[torch.Tensor], what: str):
+        """Offsets that are safe to gather/scatter with (masked-off lanes clamped to 0)
+        and the mask, or None when every lane is on.
+
+        Raises:
+            IndexError: an active lane outside the storage.
+        """
+        if mask is not None and bool(mask.all()):
+            mask = None
+        n = ptr.flat.numel()
+        if n == 0:
+            if mask is None or bool(mask.any()):
+                raise self._error(op, IndexError, f"{what} through argument {ptr.arg}, which has no storage")
+            return offsets, mask
+        safe = offsets if mask is None else torch.where(mask, offsets, 0)
+        lo, hi = torch.aminmax(safe)
+        if lo < 0 or hi >= n:
+            bad = safe[(safe < 0) | (safe >= n)][0]
+            raise self._error(op, IndexError,
+                              f"{what} out of bounds: element {int(bad) - ptr.base} of argument {ptr.arg}, whose "
+                              f"storage holds elements {-ptr.base}..{n - ptr.base - 1} relative to its start")
+        return safe, mask
+
+    def _op_load(self, op, ptr, mask=None, other=None):
+        offsets = ptr.offsets
+        if mask is not None:
+            offsets, mask, other = torch.broadcast_tensors(offsets, mask, other)
+        offsets, mask = self._addresses(op, ptr, offsets, mask, "load")
+        if mask is None:
+            self._set(op, ptr.flat[offsets])
+        elif ptr.flat.numel() == 0:
+            self._set(op, other)
+        else:
+            self._set(op, torch.where(mask, ptr.flat[offsets], other))
+
+    def _op_store(self, op, ptr, value, mask=None):
+        tensors = [ptr.offsets, value] + ([mask] if mask is not None else [])
+        offsets, value, *rest = torch.broadcast_tensors(*tensors)
+        offsets, mask = self._addresses(op, ptr, offsets, rest[0] if rest else None, "store")
+        if mask is not None:
+            offsets, value = offsets[mask], value[mask]
+        ptr.flat.index_put_((offsets.reshape(-1),), value.reshape(-1))
+
+    # ------------------------------------------------------------------ reductions
+
+    def _op_reduce(self, op, x):
+        dim, kind = op.attrs["axis"] + 1, op.attrs["combine"]
+        if kind == "sum":
+            self._set(op, torch.sum(x, dim, dtype=x.dtype))
+        elif kind == "prod":
+            self._set(op, torch.prod(x, dim, dtype=x.dtype))
+        elif kind == "max":
+            self._set(op, torch.amax(x, dim))
+        else:
+            self._set(op, torch.amin(x, dim))
+
+    def _op_argreduce(self, op, x):
+        dim = op.attrs["axis"] + 1
+        f = torch.argmax if op.attrs["combine"] == "argmax" else torch.argmin
+        self._set(op, f(x, dim).to(torch.int32))
+
+    # ------------------------------------------------------------------ loops
+
+    def _uniform_int(self, op, t: torch.Tensor) -> int:
+        if t.shape[0] != 1 and not bool((t == t[0]).all()):
+            raise self._error(op, RuntimeError, "loop bounds differ between programs of one chunk")
+        return int(t[0])
+
+    def _op_for(self, op, lb, ub, step, *inits):
+        lb, ub, step = (self._uniform_int(op, t) for t in (lb, ub, step))
+        if step <= 0:
+            raise self._error(op, RuntimeError, f"loop step must be positive, got {step}")
+        body, iv, carried_values = op.attrs["body"], op.attrs["iv"], op.attrs["carried"]
+        iv_dtype = TORCH_DTYPES[iv.type.element]
+        carried = list(inits)
+        for i in range(lb, ub, step):
+            self.env[iv] = torch.tensor([i], dtype=iv_dtype, device=self.device)
+            self.env.update(zip(carried_values, carried))
+            carried = self.exec_block(body)
+        for r, v in zip(op.results, carried):
+            self.env[r] = v
+
+
+_HANDLERS = {name[4:]: f for name, f in vars(_Interpreter).items() if name.startswith("_op_")}

@@ -1,0 +1,425 @@
+"""``@dl.kernel``: a DSL kernel's source, specialisation and launch dispatch.
+
+``kernel[grid](*args, num_warps=None, **constexprs)`` binds the arguments, validates
+them, resolves the grid and runs the kernel: in the interpreter for CPU tensors (or
+any tensors when ``config.interpret`` is set), through
+``inductor_lite.runtime.launcher.launch`` for CUDA tensors.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import operator
+import textwrap
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import torch
+
+from ..config import config
+from . import interpreter, ir, language
+from .frontend import build_function
+from .verifier import verify
+
+_TORCH_TO_DSL = {
+    torch.float16: ir.float16,
+    torch.bfloat16: ir.bfloat16,
+    torch.float32: ir.float32,
+    torch.float64: ir.float64,
+    torch.bool: ir.int1,
+    torch.int8: ir.int8,
+    torch.int16: ir.int16,
+    torch.int32: ir.int32,
+    torch.int64: ir.int64,
+    torch.uint8: ir.uint8,
+}
+_POINTER_TYPES = {t: ir.BlockType(ir.PointerType(d)) for t, d in _TORCH_TO_DSL.items()}
+_I32 = ir.BlockType(ir.int32)
+_I64 = ir.BlockType(ir.int64)
+_F32 = ir.BlockType(ir.float32)
+
+SHORT_NAMES = {
+    ir.float16: "fp16", ir.bfloat16: "bf16", ir.float32: "fp32", ir.float64: "fp64", ir.int1: "i1",
+    ir.int8: "i8", ir.int16: "i16", ir.int32: "i32", ir.int64: "i64", ir.uint8: "u8",
+}
+"""Triton-style type-string spelling of each dtype (``'*fp32'`` is a pointer to fp32)."""
+_FROM_SHORT = {v: k for k, v in SHORT_NAMES.items()}
+_CONSTEXPR_TYPES = (bool, int, float, str, type(None), ir.DType)
+_NUM_WARPS = (1, 2, 4, 8, 16, 32)
+
+
+def type_string(t: ir.BlockType) -> str:
+    """``'*fp32'``, ``'i32'``...: the Triton-style spelling of a scalar argument type."""
+    if isinstance(t.element, ir.PointerType):
+        return "*" + SHORT_NAMES[t.element.element]
+    return SHORT_NAMES[t.element]
+
+
+def parse_type_string(s: str) -> ir.BlockType:
+    """Inverse of `type_string`.
+
+    Raises:
+        ValueError: an unknown type string.
+    """
+    name = s[1:] if s.startswith("*") else s
+    if name not in _FROM_SHORT:
+        raise ValueError(f"unknown argument type {s!r}; expected one of "
+                         f"{sorted('*' + n for n in _FROM_SHORT) + sorted(_FROM_SHORT)}")
+    dtype = _FROM_SHORT[name]
+    return ir.BlockType(ir.PointerType(dtype) if s.startswith("*") else dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+    """What a compiled binary depends on besides the source: the runtime arguments'
+    types and flags (in order) and the constexpr values (in declaration order)."""
+
+    args: tuple[ir.ArgSpec, ...]
+    constexprs: tuple[tuple[str, object], ...]
+
+    def __reduce__(self):
+        return Specialization, (self.args, self.constexprs)  # leave the cached hash behind
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.args, self.constexprs))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def key(self) -> str:
+        """A string naming this specialisation, stable across processes, e.g.
+        ``'in_ptr0:*fp32:16,xnumel:i32|XBLOCK=1024'`` (``:16`` divisible by 16,
+        ``:1`` equal to 1). Constexpr values are written with ``repr`` so ``1``,
+        ``1.0`` and ``True`` differ."""
+        cached = self.__dict__.get("_key")
+        if cached is None:
+            parts = []
+            for a in self.args:
+                flags = (":16" if a.divisible_by_16 else "") + (":1" if a.equal_to_1 else "")
+                parts.append(f"{a.name}:{type_string(a.type)}{flags}")
+            consts = ",".join(f"{n}={v!r}" for n, v in self.constexprs)
+            cached = f"{','.join(parts)}|{consts}"
+            object.__setattr__(self, "_key", cached)
+        return cached
+
+
+def _is_constexpr_annotation(a: Any) -> bool:
+    if isinstance(a, str):
+        return a.rsplit(".", 1)[-1] == "constexpr"
+    return a is language.constexpr or isinstance(a, language.constexpr)
+
+
+class Kernel:
+    """A ``@dl.kernel`` function.
+
+    Attributes:
+        fn: the Python function. name: its name. source: its dedented source text
+        (decorators included; part of cache keys). arg_names: every parameter in
+        order. constexpr_names: the parameters annotated ``dl.constexpr``.
+        runtime_arg_names: the others, in order (what `Specialization.args` describe).
+        filename / first_lineno: where the source lives (for error messages).
+
+    Raises (at decoration):
+        ValueError: the source cannot be read (a kernel built with ``exec`` must put its
+            text in ``linecache`` first), or the signature uses ``*args``/``**kwargs``.
+    """
+
+    __dl_kernel__ = True
+
+    def __init__(self, fn: Callable):
+        if not inspect.isfunction(fn):
+            raise TypeError(f"@dl.kernel expects a function, got {fn!r}")
+        self.fn = fn
+        self.name = fn.__name__
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError) as e:
+            raise ValueError(
+                f"@dl.kernel {self.name}: cannot read its source ({e}); a kernel made with exec() "
+                "needs its text registered in linecache under its filename first"
+            ) from e
+        self.source = textwrap.dedent(source)
+        self.source_lines = self.source.splitlines()
+        self.filename = fn.__code__.co_filename
+        self.first_lineno = fn.__code__.co_firstlineno
+        tree = ast.parse(self.source)
+        defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == self.name]
+        if not defs:
+            raise ValueError(f"@dl.kernel {self.name}: its source does not define a function of that name")
+        self.fn_def = defs[0]
+
+        signature = inspect.signature(fn)
+        for p in signature.parameters.values():
+            if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                raise ValueError(f"@dl.kernel {self.name}: parameter {p} is not supported (no *args, **kwargs, /)")
+        try:
+            annotations = inspect.get_annotations(fn, eval_str=True)
+        except Exception:
+            annotations = inspect.get_annotations(fn)
+        self.arg_names = list(signature.parameters)
+        self.constexpr_names = [n for n in self.arg_names if _is_constexpr_annotation(annotations.get(n))]
+        self.runtime_arg_names = [n for n in self.arg_names if n not in self.constexpr_names]
+        self.defaults = {
+            n: p.default for n, p in signature.parameters.items()
+            if p.default is not p.empty and n in self.constexpr_names
+        }
+        self._constexpr_set = frozenset(self.constexpr_names)
+        self._ir_cache: dict[str, ir.Function] = {}
+        self._specs: dict[tuple, Specialization] = {}  # interned: each launch reuses one object
+
+    def __repr__(self) -> str:
+        return f"<dl.kernel {self.name}({', '.join(self.arg_names)})>"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"kernel {self.name} is launched as {self.name}[grid](...), not called directly")
+
+    def __getitem__(self, grid: Union[Sequence[int], Callable[[dict], Sequence[int]]]) -> Callable:
+        """``kernel[grid]``: a launcher ``(*args, num_warps=None, **constexprs)``; ``grid``
+        is a tuple of 1-3 program counts or a callable ``meta -> tuple``."""
+        return _Launcher(self, grid)
+
+    # ------------------------------------------------------------------ launching
+
+    def run(self, grid, args: Sequence[Any], constexprs: dict[str, Any], num_warps: Optional[int] = None) -> None:
+        """Validate, resolve the grid (``grid(meta)`` with ``meta = dict(constexprs,
+        num_warps=...)`` when callable) and run the kernel on the tensors' device.
+
+        Raises:
+            TypeError: wrong argument count, missing or unknown constexprs, an argument
+                of an unsupported type or dtype, a malformed grid.
+            ValueError: tensors on different devices or on an unsupported device, an int
+                outside int64, a negative grid entry, a bad ``num_warps``.
+            IndexError: (interpreter) an unmasked access outside a tensor's storage.
+        """
+        args = tuple(args)
+        if len(args) != len(self.runtime_arg_names):
+            raise TypeError(
+                f"kernel {self.name} takes {len(self.runtime_arg_names)} runtime argument(s) "
+                f"({', '.join(self.runtime_arg_names)}), got {len(args)}"
+            )
+        constexprs = self._complete_constexprs(constexprs)
+        if num_warps is None:
+            num_warps = config.num_warps
+        if num_warps not in _NUM_WARPS or isinstance(num_warps, bool):
+            raise ValueError(f"kernel {self.name}: num_warps must be one of {_NUM_WARPS}, got {num_warps!r}")
+        device = self._device_of(args)
+        grid = self._resolve_grid(grid, constexprs, num_warps)
+        if 0 in grid:
+            return
+        if config.interpret or device is None or device.type == "cpu":
+            interpreter.run(self, grid, args, constexprs)
+        elif device.type == "cuda":
+            from inductor_lite.runtime.launcher import launch
+
+            launch(self, grid, args, constexprs, num_warps)
+        else:
+            raise ValueError(f"kernel {self.name}: tensors on {device} are not supported (CPU or CUDA only)")
+
+    def _device_of(self, args: tuple) -> Optional[torch.device]:
+        device = None
+        for name, a in zip(self.runtime_arg_names, args):
+            if isinstance(a, torch.Tensor):
+                if a.dtype not in _TORCH_TO_DSL:
+                    raise self._bad_tensor_dtype(name, a)
+                if device is None:
+                    device = a.device
+                elif a.device != device:
+                    raise ValueError(
+                        f"kernel {self.name}: argument {name} is on {a.device} but an earlier tensor "
+                        f"argument is on {device}"
+                    )
+            elif not isinstance(a, (bool, int, float)):
+                raise self._bad_arg_type(name, a)
+        return device
+
+    def _resolve_grid(self, grid, constexprs: dict, num_warps: int) -> tuple[int, ...]:
+        if callable(grid):
+            grid = grid(dict(constexprs, num_warps=num_warps))
+        if isinstance(grid, int):
+            grid = (grid,)
+        try:
+            grid = tuple(operator.index(g) for g in grid)
+        except TypeError:
+            raise TypeError(f"kernel {self.name}: the grid must be a tuple of 1 to 3 ints, got {grid!r}") from None
+        if not 1 <= len(grid) <= 3 or min(grid) < 0:
+            raise ValueError(f"kernel {self.name}: the grid must be 1 to 3 non-negative ints, got {grid}")
+        return grid
+
+    def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Bind a launch's arguments: positional ones fill the runtime arguments in
+        order; keywords name runtime arguments or constexprs. Returns the runtime
+        arguments in order and the constexprs."""
+        if len(args) > len(self.runtime_arg_names):
+            raise TypeError(f"kernel {self.name} takes {len(self.runtime_arg_names)} runtime argument(s) "
+                            f"({', '.join(self.runtime_arg_names)}), got {len(args)} positional; "
+                            "pass constexprs by keyword")
+        bound = dict(zip(self.runtime_arg_names, args))
+        constexprs = {}
+        for k, v in kwargs.items():
+            if k in bound:
+                raise TypeError(f"kernel {self.name}: got multiple values for argument {k}")
+            if k in self._constexpr_set:
+                constexprs[k] = v
+            elif k in self.runtime_arg_names:
+                bound[k] = v
+            else:
+                raise TypeError(f"kernel {self.name}: unknown argument {k}; its arguments are {self.arg_names}")
+        missing = [n for n in self.runtime_arg_names if n not in bound]
+        if missing:
+            raise TypeError(f"kernel {self.name}: missing runtime argument(s) {missing}")
+        return tuple(bound[n] for n in self.runtime_arg_names), constexprs
+
+    def _complete_constexprs(self, constexprs: dict[str, Any]) -> dict[str, Any]:
+        unknown = [k for k in constexprs if k not in self._constexpr_set]
+        if unknown:
+            runtime = [k for k in unknown if k in self.runtime_arg_names]
+            extra = f" ({runtime} are runtime arguments)" if runtime else ""
+            raise TypeError(f"kernel {self.name}: unknown constexpr(s) {unknown}{extra}; "
+                            f"its constexprs are {self.constexpr_names}")
+        out = {}
+        for n in self.constexpr_names:
+            if n in constexprs:
+                v = constexprs[n]
+            elif n in self.defaults:
+                v = self.defaults[n]
+            else:
+                missing = [m for m in self.constexpr_names if m not in constexprs and m not in self.defaults]
+                raise TypeError(f"kernel {self.name}: missing constexpr(s) {missing}")
+            if not isinstance(v, _CONSTEXPR_TYPES):
+                raise TypeError(f"kernel {self.name}: constexpr {n} = {v!r} has unsupported type "
+                                f"{type(v).__name__} (bool, int, float, str, None or a dl dtype)")
+            out[n] = v
+        return out
+
+    # ------------------------------------------------------------------ specialisation
+
+    def specialize(self, args: Sequence[Any], constexprs: dict[str, Any]) -> Specialization:
+        """The `Specialization` of one launch.
+
+        Tensors become pointers to their dtype (``divisible_by_16``: data_ptr 16-byte
+        aligned); bool -> int32; int -> int32 if it fits, else int64
+        (``divisible_by_16``: value % 16 == 0); float -> float32. Launches that
+        specialise alike get the same (interned) object, whose hash and key are cached.
+
+        Raises:
+            TypeError: wrong argument count, an unsupported argument type or tensor
+                dtype, missing/unknown constexprs.
+            ValueError: an int outside int64.
+        """
+        if len(args) != len(self.runtime_arg_names):
+            raise TypeError(f"kernel {self.name} takes {len(self.runtime_arg_names)} runtime argument(s), "
+                            f"got {len(args)}")
+        flags = []
+        for a in args:  # the cheap summary that decides the specialisation
+            if isinstance(a, torch.Tensor):
+                flags.append((a.dtype, a.data_ptr() % 16 == 0))
+            elif isinstance(a, bool):
+                flags.append(bool)
+            elif isinstance(a, int) and -(1 << 63) <= a < (1 << 63):
+                flags.append((-(1 << 31) <= a < (1 << 31), a % 16 == 0))
+            elif isinstance(a, float):
+                flags.append(float)
+            else:
+                return self._specialize(args, constexprs)  # raises the error
+        try:
+            summary = (tuple(flags), tuple((k, type(v), v) for k, v in constexprs.items()))
+            spec = self._specs.get(summary)
+        except TypeError:  # an unhashable constexpr: let validation name it
+            return self._specialize(args, constexprs)
+        if spec is None:
+            spec = self._specs[summary] = self._specialize(args, constexprs)
+        return spec
+
+    def _specialize(self, args: Sequence[Any], constexprs: dict[str, Any]) -> Specialization:
+        specs = []
+        for name, a in zip(self.runtime_arg_names, args):
+            if isinstance(a, torch.Tensor):
+                t = _POINTER_TYPES.get(a.dtype)
+                if t is None:
+                    raise self._bad_tensor_dtype(name, a)
+                specs.append(ir.ArgSpec(name, t, a.data_ptr() % 16 == 0))
+            elif isinstance(a, bool):
+                specs.append(ir.ArgSpec(name, _I32))
+            elif isinstance(a, int):
+                if -(1 << 31) <= a < (1 << 31):
+                    specs.append(ir.ArgSpec(name, _I32, a % 16 == 0))
+                elif -(1 << 63) <= a < (1 << 63):
+                    specs.append(ir.ArgSpec(name, _I64, a % 16 == 0))
+                else:
+                    raise ValueError(f"kernel {self.name}: argument {name} = {a} does not fit in int64")
+            elif isinstance(a, float):
+                specs.append(ir.ArgSpec(name, _F32))
+            else:
+                raise self._bad_arg_type(name, a)
+        return Specialization(tuple(specs), tuple(self._complete_constexprs(constexprs).items()))
+
+    def specialize_signature(self, signature: dict[str, str], constexprs: dict[str, Any],
+                             divisible_by_16: Iterable[Union[str, int]] = ()) -> Specialization:
+        """A `Specialization` from Triton-style type strings, for ahead-of-time builds:
+        ``signature`` maps every runtime argument name to ``'*fp32'``, ``'i32'`` ...;
+        ``divisible_by_16`` names (or indexes) the arguments to mark aligned.
+
+        Raises:
+            TypeError: arguments missing from or unknown to ``signature``; bad constexprs.
+            ValueError: an unknown type string.
+        """
+        if set(signature) != set(self.runtime_arg_names):
+            raise TypeError(
+                f"kernel {self.name}: the signature must give exactly the runtime arguments "
+                f"{self.runtime_arg_names}, got {list(signature)}"
+            )
+        aligned = {self.runtime_arg_names[d] if isinstance(d, int) else d for d in divisible_by_16}
+        unknown = aligned - set(self.runtime_arg_names)
+        if unknown:
+            raise TypeError(f"kernel {self.name}: divisible_by_16 names unknown argument(s) {sorted(unknown)}")
+        specs = tuple(
+            ir.ArgSpec(n, parse_type_string(signature[n]), n in aligned) for n in self.runtime_arg_names
+        )
+        return Specialization(specs, tuple(self._complete_constexprs(constexprs).items()))
+
+    def build_ir(self, spec: Specialization) -> ir.Function:
+        """The block IR for ``spec`` (cached per specialisation key).
+
+        Raises:
+            CompilationError: the kernel does not compile.
+            VerificationError: the frontend built IR that breaks the IR contract (a bug).
+        """
+        key = spec.key()
+        fn = self._ir_cache.get(key)
+        if fn is None:
+            fn = build_function(self, spec)
+            verify(fn)
+            self._ir_cache[key] = fn
+        return fn
+
+    def _bad_tensor_dtype(self, name: str, a: torch.Tensor) -> TypeError:
+        return TypeError(f"kernel {self.name}: argument {name} is a {a.dtype} tensor; supported dtypes: "
+                         f"{', '.join(str(t) for t in _TORCH_TO_DSL)}")
+
+    def _bad_arg_type(self, name: str, a: Any) -> TypeError:
+        return TypeError(f"kernel {self.name}: argument {name} has unsupported type {type(a).__name__}; "
+                         "expected a torch.Tensor, int, float or bool")
+
+
+class _Launcher:
+    """``kernel[grid]``: calling it binds the arguments and calls `Kernel.run`."""
+
+    __slots__ = ("kernel", "grid")
+
+    def __init__(self, kernel: Kernel, grid):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args, num_warps: Optional[int] = None, **kwargs) -> None:
+        k = self.kernel
+        if len(args) == len(k.runtime_arg_names) and k._constexpr_set.issuperset(kwargs):
+            return k.run(self.grid, args, kwargs, num_warps)
+        runtime, constexprs = k._bind(args, kwargs)
+        return k.run(self.grid, runtime, constexprs, num_warps)
+
+
+def kernel(fn: Callable) -> Kernel:
+    """Decorator making ``fn`` a DSL kernel (see `Kernel`)."""
+    return Kernel(fn)

@@ -1,0 +1,225 @@
+"""What DSL kernels call: ``import inductor_lite.dsl as dl`` then ``dl.load(...)``.
+
+Every function here except `cdiv` is a stub: the frontend (`frontend.py`) recognises
+it by identity inside a ``@dl.kernel`` function and emits block IR through
+`semantic.py`; called from ordinary Python it raises `RuntimeError`. The signatures
+below are the ones kernels bind against (the frontend binds calls with
+`inspect.signature` of these stubs, so argument errors read like Python's).
+
+Semantics (promotion, NaN handling, integer division, half types) are documented in
+`ir.py` and in the project brief; in short they follow Triton, with half types always
+computed in fp32.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Sequence
+
+from . import ir
+
+float16 = ir.float16
+bfloat16 = ir.bfloat16
+float32 = ir.float32
+float64 = ir.float64
+int1 = ir.int1
+int8 = ir.int8
+int16 = ir.int16
+int32 = ir.int32
+int64 = ir.int64
+uint8 = ir.uint8
+dtype = ir.DType
+
+
+class constexpr:
+    """Annotation marking a kernel parameter as a compile-time constant.
+
+    ``def k(x_ptr, n, BLOCK: dl.constexpr)``: ``BLOCK`` is passed by keyword at launch,
+    folded into the IR and part of the specialisation (cache) key. Values must be
+    bool, int, float, str, None or a DSL dtype.
+    """
+
+
+def _builtin(fn: Callable) -> Callable:
+    """Mark ``fn`` as a DSL builtin; the frontend dispatches on ``__dl_builtin__``."""
+    fn.__dl_builtin__ = fn.__name__
+    return fn
+
+
+def _outside(name: str) -> RuntimeError:
+    return RuntimeError(f"dl.{name} can only be called inside a @dl.kernel function")
+
+
+@_builtin
+def program_id(axis: int) -> Any:
+    """Index of this program along grid axis 0, 1 or 2 (int32 scalar)."""
+    raise _outside("program_id")
+
+
+@_builtin
+def num_programs(axis: int) -> Any:
+    """Number of programs along grid axis 0, 1 or 2 (int32 scalar)."""
+    raise _outside("num_programs")
+
+
+@_builtin
+def arange(start: int, end: int) -> Any:
+    """int32 block ``[start, start + 1, ..., end - 1]``; constexpr bounds, ``end - start``
+    a power of 2."""
+    raise _outside("arange")
+
+
+@_builtin
+def full(shape: Sequence[int], value: Any, dtype: ir.DType) -> Any:
+    """Block of ``shape`` (power-of-2 dims) filled with ``value`` cast to ``dtype``."""
+    raise _outside("full")
+
+
+@_builtin
+def zeros(shape: Sequence[int], dtype: ir.DType) -> Any:
+    """``full(shape, 0, dtype)``."""
+    raise _outside("zeros")
+
+
+@_builtin
+def load(pointer: Any, mask: Any = None, other: Any = None) -> Any:
+    """Gather from global memory. ``pointer``, ``mask`` (int1) and ``other`` broadcast
+    together; masked-off lanes are not read and give ``other`` (0 if omitted)."""
+    raise _outside("load")
+
+
+@_builtin
+def store(pointer: Any, value: Any, mask: Any = None) -> Any:
+    """Scatter ``value`` (cast to the pointee type, round-to-nearest-even) to global
+    memory; ``value`` and ``mask`` broadcast to the pointer block's shape; masked-off
+    lanes are not written."""
+    raise _outside("store")
+
+
+@_builtin
+def where(condition: Any, x: Any, y: Any) -> Any:
+    """Elementwise ``x if condition else y``; all three broadcast together."""
+    raise _outside("where")
+
+
+@_builtin
+def maximum(x: Any, y: Any) -> Any:
+    """Elementwise maximum; NaN propagates (torch.maximum)."""
+    raise _outside("maximum")
+
+
+@_builtin
+def minimum(x: Any, y: Any) -> Any:
+    """Elementwise minimum; NaN propagates (torch.minimum)."""
+    raise _outside("minimum")
+
+
+def _math_stub(name: str, doc: str) -> Callable:
+    def stub(x: Any) -> Any:
+        raise _outside(name)
+
+    stub.__name__ = stub.__qualname__ = name
+    stub.__doc__ = doc
+    return _builtin(stub)
+
+
+def _math2_stub(name: str, doc: str) -> Callable:
+    def stub(x: Any, y: Any) -> Any:
+        raise _outside(name)
+
+    stub.__name__ = stub.__qualname__ = name
+    stub.__doc__ = doc
+    return _builtin(stub)
+
+
+exp = _math_stub("exp", "e**x (integers are computed as float32).")
+exp2 = _math_stub("exp2", "2**x.")
+expm1 = _math_stub("expm1", "e**x - 1, accurate near 0.")
+log = _math_stub("log", "Natural logarithm.")
+log2 = _math_stub("log2", "Base-2 logarithm.")
+log1p = _math_stub("log1p", "log(1 + x), accurate near 0.")
+sqrt = _math_stub("sqrt", "Square root.")
+rsqrt = _math_stub("rsqrt", "1 / sqrt(x).")
+abs = _math_stub("abs", "Absolute value (integers stay integers).")
+sin = _math_stub("sin", "Sine (radians).")
+cos = _math_stub("cos", "Cosine (radians).")
+tan = _math_stub("tan", "Tangent (radians).")
+tanh = _math_stub("tanh", "Hyperbolic tangent.")
+sigmoid = _math_stub("sigmoid", "1 / (1 + exp(-x)).")
+erf = _math_stub("erf", "Gauss error function.")
+floor = _math_stub("floor", "Round toward -inf (identity on integers).")
+ceil = _math_stub("ceil", "Round toward +inf (identity on integers).")
+round = _math_stub("round", "Round half to even, as torch.round (identity on integers).")
+trunc = _math_stub("trunc", "Round toward zero (identity on integers).")
+isnan = _math_stub("isnan", "int1: x is NaN (always false for integers).")
+isinf = _math_stub("isinf", "int1: x is +-inf (always false for integers).")
+pow = _math2_stub("pow", "x**y in floating point (integers are computed as float32).")
+atan2 = _math2_stub("atan2", "Four-quadrant arctangent of x / y (C atan2(x, y), torch.atan2), radians.")
+fmod = _math2_stub("fmod", "C fmod: remainder with the sign of x.")
+
+
+@_builtin
+def cast(x: Any, dtype: ir.DType, bitcast: bool = False) -> Any:
+    """Convert to ``dtype`` (float->int truncates, to int1 means ``!= 0``); with
+    ``bitcast=True`` reinterpret the bits (same width required). Same as ``x.to(...)``."""
+    raise _outside("cast")
+
+
+@_builtin
+def broadcast_to(x: Any, shape: Sequence[int]) -> Any:
+    """Broadcast ``x`` to ``shape`` with numpy rules."""
+    raise _outside("broadcast_to")
+
+
+@_builtin
+def reshape(x: Any, shape: Sequence[int]) -> Any:
+    """Same elements in row-major order, new shape (same numel)."""
+    raise _outside("reshape")
+
+
+@_builtin
+def expand_dims(x: Any, axis: Any) -> Any:
+    """Insert a size-1 dimension at ``axis`` (an int or a sequence of ints)."""
+    raise _outside("expand_dims")
+
+
+def _reduce_stub(name: str, doc: str) -> Callable:
+    def stub(x: Any, axis: int, keep_dims: bool = False) -> Any:
+        raise _outside(name)
+
+    stub.__name__ = stub.__qualname__ = name
+    stub.__doc__ = doc
+    return _builtin(stub)
+
+
+sum = _reduce_stub("sum", "Sum along ``axis``: int8/16/32, uint8, int1 -> int32; int64 -> int64; "
+                          "fp16/bf16/fp32 -> fp32; fp64 -> fp64.")
+prod = _reduce_stub("prod", "Product along ``axis`` (result types as `sum`).")
+max = _reduce_stub("max", "Maximum along ``axis``; NaN propagates (torch.amax).")
+min = _reduce_stub("min", "Minimum along ``axis``; NaN propagates (torch.amin).")
+argmax = _reduce_stub("argmax", "int32 index of the maximum along ``axis``; ties -> first index, "
+                                "NaN counts as the maximum (torch.argmax).")
+argmin = _reduce_stub("argmin", "int32 index of the minimum along ``axis``; ties -> first index, "
+                                "NaN counts as the minimum (torch.argmin).")
+
+
+@_builtin
+def cdiv(a: Any, b: Any) -> Any:
+    """Ceiling division ``(a + b - 1) // b`` for non-negative ``a`` and positive ``b``.
+
+    Works in ordinary Python on ints (e.g. in grid lambdas) and inside kernels on
+    scalars or blocks.
+
+    Raises:
+        TypeError: outside a kernel, an argument that is not an int.
+        ZeroDivisionError: ``b == 0``.
+    """
+    a, b = operator.index(a), operator.index(b)
+    return -(-a // b)
+
+
+@_builtin
+def static_range(start: int, stop: int = None, step: int = 1) -> Any:
+    """``for i in dl.static_range(n)``: a loop unrolled at compile time; the bounds are
+    constexprs and ``i`` is a constexpr inside the body."""
+    raise _outside("static_range")

@@ -1,0 +1,525 @@
+"""A corpus of hand-written DSL kernels with torch references, shared by the
+interpreter tests, the NVPTX compiler tests (every case must compile and assemble)
+and the GPU tests (every case must match on the device).
+
+``cases(device)`` returns fresh `Case`s: random inputs (never all zeros), outputs
+poisoned with values that differ from the expected result everywhere (so an unwritten
+element always fails), the expected outputs computed with torch, and the launch
+(kernel, grid, constexprs, num_warps). ``check(case)`` launches and compares with
+tolerances by dtype; NaN only passes where the reference has NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Union
+
+import torch
+import torch.nn.functional as F
+
+import inductor_lite.dsl as dl
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@dl.kernel
+def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    a = dl.load(a_ptr + offs, mask=mask)
+    b = dl.load(b_ptr + offs, mask=mask)
+    dl.store(out_ptr + offs, a + b, mask=mask)
+
+
+@dl.kernel
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+@dl.kernel
+def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n, C, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask, other=0.0)
+    b = dl.load(bias_ptr + offs % C, mask=mask, other=0.0)
+    h = x + b
+    y = 0.5 * h * (1.0 + dl.erf(h * 0.7071067811865476))
+    dl.store(out_ptr + offs, y, mask=mask)
+
+
+@dl.kernel
+def clamp_kernel(x_ptr, out_ptr, n, lo, hi, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask)
+    dl.store(out_ptr + offs, dl.where(x < lo, lo, dl.minimum(x, hi)), mask=mask)
+
+
+@dl.kernel
+def masked_fill_kernel(x_ptr, m_ptr, out_ptr, n, value, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask)
+    m = dl.load(m_ptr + offs, mask=mask)
+    dl.store(out_ptr + offs, dl.where(m, value, x), mask=mask)
+
+
+@dl.kernel
+def cast_kernel(x_ptr, out_ptr, n, DTYPE: dl.constexpr, BITCAST: dl.constexpr, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask)
+    dl.store(out_ptr + offs, x.to(DTYPE, bitcast=BITCAST), mask=mask)
+
+
+@dl.kernel
+def int_ops_kernel(a_ptr, b_ptr, div_ptr, mod_ptr, mul_ptr, shift_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    a = dl.load(a_ptr + offs, mask=mask)
+    b = dl.load(b_ptr + offs, mask=mask, other=1)
+    dl.store(div_ptr + offs, a // b, mask=mask)
+    dl.store(mod_ptr + offs, a % b, mask=mask)
+    dl.store(mul_ptr + offs, a * b, mask=mask)
+    dl.store(shift_ptr + offs, (a >> 3) ^ (b << 2), mask=mask)
+
+
+@dl.kernel
+def math_kernel(x_ptr, y_ptr, out_ptr, n, FN: dl.constexpr, BINARY: dl.constexpr, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask, other=1.0)
+    if BINARY:
+        r = getattr(dl, FN)(x, dl.load(y_ptr + offs, mask=mask, other=1.0))
+    else:
+        r = getattr(dl, FN)(x)
+    dl.store(out_ptr + offs, r, mask=mask)
+
+
+@dl.kernel
+def maximum_kernel(a_ptr, b_ptr, max_ptr, min_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    a = dl.load(a_ptr + offs, mask=mask)
+    b = dl.load(b_ptr + offs, mask=mask)
+    dl.store(max_ptr + offs, dl.maximum(a, b), mask=mask)
+    dl.store(min_ptr + offs, dl.minimum(a, b), mask=mask)
+
+
+@dl.kernel
+def softmax_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    mask = (row < rows) & (col < cols)
+    x = dl.load(x_ptr + row * cols + col, mask=mask, other=float("-inf")).to(dl.float32)
+    m = dl.max(x, 1)[:, None]
+    e = dl.where(mask, dl.exp(x - m), 0.0)
+    s = dl.sum(e, 1)[:, None]
+    dl.store(out_ptr + row * cols + col, e / s, mask=mask)
+
+
+@dl.kernel
+def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps,
+                     XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    cmask = col < cols
+    mask = (row < rows) & cmask
+    x = dl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(dl.float32)
+    mean = dl.sum(x, 1)[:, None] / cols
+    d = dl.where(mask, x - mean, 0.0)
+    var = dl.sum(d * d, 1)[:, None] / cols
+    rstd = dl.rsqrt(var + eps)
+    w = dl.load(w_ptr + col, mask=cmask, other=0.0)
+    b = dl.load(b_ptr + col, mask=cmask, other=0.0)
+    dl.store(out_ptr + row * cols + col, d * rstd * w + b, mask=mask)
+
+
+@dl.kernel
+def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    cmask = col < cols
+    mask = (row < rows) & cmask
+    x = dl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(dl.float32)
+    ms = dl.sum(x * x, 1)[:, None] / cols
+    w = dl.load(w_ptr + col, mask=cmask, other=0.0)
+    dl.store(out_ptr + row * cols + col, x * dl.rsqrt(ms + eps) * w, mask=mask)
+
+
+@dl.kernel
+def row_sum_looped_kernel(in_ptr0, out_ptr0, xnumel, rnumel, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    xindex = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    acc = dl.zeros([XBLOCK, RBLOCK], dl.float32)
+    for roffset in range(0, rnumel, RBLOCK):
+        rindex = roffset + dl.arange(0, RBLOCK)[None, :]
+        rmask = rindex < rnumel
+        acc = acc + dl.load(in_ptr0 + xindex * rnumel + rindex, mask=xmask & rmask, other=0.0)
+    dl.store(out_ptr0 + xindex, dl.sum(acc, 1)[:, None], mask=xmask)
+
+
+@dl.kernel
+def row_sum_persistent_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    rmask = row < rows
+    x = dl.load(x_ptr + row * cols + col, mask=rmask & (col < cols))
+    dl.store(out_ptr + row, dl.sum(x, 1)[:, None], mask=rmask)
+
+
+@dl.kernel
+def row_sum_pointer_loop_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr):
+    row = dl.program_id(0)
+    p = x_ptr + row * cols + dl.arange(0, RBLOCK)
+    acc = 0.0
+    for start in range(0, cols, RBLOCK):
+        mask = start + dl.arange(0, RBLOCK) < cols
+        acc += dl.sum(dl.load(p, mask=mask, other=0.0), 0)
+        p += RBLOCK
+    dl.store(out_ptr + row, acc)
+
+
+@dl.kernel
+def row_arg_kernel(x_ptr, out_ptr, rows, cols, FILL: dl.constexpr, ARGMAX: dl.constexpr,
+                   XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    rmask = row < rows
+    x = dl.load(x_ptr + row * cols + col, mask=rmask & (col < cols), other=FILL)
+    idx = dl.argmax(x, 1) if ARGMAX else dl.argmin(x, 1)
+    dl.store(out_ptr + row, idx[:, None], mask=rmask)
+
+
+@dl.kernel
+def row_max_kernel(x_ptr, max_ptr, min_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    rmask = row < rows
+    mask = rmask & (col < cols)
+    x = dl.load(x_ptr + row * cols + col, mask=mask, other=0.0)
+    dl.store(max_ptr + row, dl.max(dl.where(mask, x, float("-inf")), 1)[:, None], mask=rmask)
+    dl.store(min_ptr + row, dl.min(dl.where(mask, x, float("inf")), 1)[:, None], mask=rmask)
+
+
+@dl.kernel
+def transpose_kernel(x_ptr, out_ptr, M, N, BM: dl.constexpr, BN: dl.constexpr):
+    rm = dl.program_id(0) * BM + dl.arange(0, BM)[:, None]
+    rn = dl.program_id(1) * BN + dl.arange(0, BN)[None, :]
+    mask = (rm < M) & (rn < N)
+    x = dl.load(x_ptr + rm * N + rn, mask=mask)
+    dl.store(out_ptr + rn * M + rm, x, mask=mask)
+
+
+@dl.kernel
+def scalar_logic_kernel(x_ptr, out_ptr, scale):
+    pid = dl.program_id(0)
+    x = dl.load(x_ptr + pid)
+    keep = x > 0.0 and not dl.abs(x) > 1.0
+    dl.store(out_ptr + pid, dl.where(keep or x < -2.0, x * scale, -x))
+
+
+@dl.kernel
+def poly_kernel(x_ptr, out_ptr, n, DEGREE: dl.constexpr, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask)
+    acc = dl.full([BLOCK], 1.0, dl.float32)
+    for i in dl.static_range(DEGREE):
+        acc = acc * x + (i + 1)
+    dl.store(out_ptr + offs, acc, mask=mask)
+
+
+@dl.kernel
+def grid_stride_kernel(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    for start in range(dl.program_id(0) * BLOCK, n, dl.num_programs(0) * BLOCK):
+        offs = start + dl.arange(0, BLOCK)
+        mask = offs < n
+        dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+@dataclasses.dataclass
+class Case:
+    """One launch with its expected result.
+
+    ``expected`` maps an index into ``args`` (an output tensor) to the tensor it must
+    hold after the launch; ``launch()`` runs ``kernel[grid](*args, num_warps=...,
+    **constexprs)``.
+    """
+
+    name: str
+    kernel: dl.Kernel
+    args: tuple
+    constexprs: dict[str, Any]
+    grid: Union[tuple, Callable[[dict], tuple]]
+    expected: dict[int, torch.Tensor]
+    num_warps: Optional[int] = None
+
+    def launch(self) -> None:
+        self.kernel[self.grid](*self.args, num_warps=self.num_warps, **self.constexprs)
+
+
+TOLERANCES = {
+    torch.float16: (2e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float32: (1e-5, 1e-5),
+    torch.float64: (1e-10, 1e-10),
+}
+"""(rtol, atol) per floating dtype; integer and bool outputs must match exactly."""
+
+
+def poison_like(expected: torch.Tensor) -> torch.Tensor:
+    """A tensor that differs from ``expected`` in every element."""
+    if expected.dtype == torch.bool:
+        return ~expected
+    if expected.dtype.is_floating_point:
+        return torch.where(torch.isnan(expected), 1234.5, float("nan")).to(expected.dtype)
+    return expected ^ 1
+
+
+def check(case: Case) -> None:
+    """Launch ``case`` and compare every output with its reference.
+
+    Raises:
+        AssertionError: a mismatch (torch.testing's message names the elements).
+    """
+    case.launch()
+    for index, want in case.expected.items():
+        got = case.args[index]
+        rtol, atol = TOLERANCES.get(want.dtype, (0, 0))
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True,
+                                   msg=lambda m, i=index: f"{case.name}: output argument {i}: {m}")
+
+
+class _Builder:
+    """Makes inputs on one device from one seeded generator and collects cases."""
+
+    def __init__(self, device: str, seed: int):
+        self.device = device
+        self.gen = torch.Generator().manual_seed(seed)
+        self.cases: list[Case] = []
+
+    def randn(self, *shape, dtype=torch.float32, scale=1.0, offset=0.0) -> torch.Tensor:
+        x = torch.randn(*shape, generator=self.gen, dtype=torch.float64) * scale + offset
+        return x.to(dtype).to(self.device)
+
+    def randint(self, lo, hi, *shape, dtype=torch.int32) -> torch.Tensor:
+        x = torch.randint(lo, hi, shape, generator=self.gen, dtype=torch.int64)
+        return x.to(dtype).to(self.device)
+
+    def add(self, name, kernel, args, constexprs, grid, expected: dict[int, torch.Tensor], num_warps=None):
+        args = list(args)
+        for index, want in expected.items():
+            args[index] = poison_like(want)
+        self.cases.append(Case(name, kernel, tuple(args), constexprs, grid, expected, num_warps))
+
+
+def _grid1(n: int, block: int) -> tuple[int]:
+    return (dl.cdiv(n, block),)
+
+
+def _elementwise_cases(c: _Builder) -> None:
+    for dtype, n in [(torch.float32, 1000), (torch.float16, 17), (torch.bfloat16, 1), (torch.float64, 300)]:
+        a, b = c.randn(n, dtype=dtype), c.randn(n, dtype=dtype)
+        want = (a.float() + b.float()).to(dtype) if dtype.itemsize == 2 else a + b
+        c.add(f"add_{dtype}_{n}", add_kernel, (a, b, None, n), {"BLOCK": 256}, _grid1(n, 256), {2: want})
+    for dtype, lo, hi in [(torch.int32, -2**31, 2**31), (torch.int64, -2**62, 2**62), (torch.int8, -128, 128),
+                          (torch.uint8, 0, 256), (torch.bool, 0, 2)]:
+        n = 333
+        a, b = c.randint(lo, hi, n, dtype=dtype), c.randint(lo, hi, n, dtype=dtype)
+        c.add(f"add_{dtype}", add_kernel, (a, b, None, n), {"BLOCK": 128}, _grid1(n, 128), {2: a + b})
+    for dtype in (torch.bool, torch.uint8, torch.bfloat16):
+        x = c.randint(0, 2, 65, dtype=dtype)
+        c.add(f"copy_{dtype}", copy_kernel, (x, None, 65), {"BLOCK": 32}, _grid1(65, 32), {1: x.clone()})
+    n = 777
+    a, b = c.randn(n), c.randn(n)
+    c.add("add_callable_grid", add_kernel, (a, b, None, n), {"BLOCK": 64},
+          lambda meta, n=n: (dl.cdiv(n, meta["BLOCK"]),), {2: a + b}, num_warps=2)
+
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        n, C = 3 * 96 + 5, 96
+        x, bias = c.randn(n, dtype=dtype), c.randn(C, dtype=dtype)
+        want = F.gelu(x.float() + bias.float().repeat(4)[:n]).to(dtype)
+        c.add(f"bias_gelu_{dtype}", bias_gelu_kernel, (x, bias, None, n, C), {"BLOCK": 128}, _grid1(n, 128),
+              {2: want})
+
+    for dtype in (torch.float32, torch.float16):
+        n = 500
+        x = c.randn(n, dtype=dtype, scale=2.0)
+        x[::37] = float("nan")
+        want = torch.clamp(x.float(), -0.5, 1.25).to(dtype)
+        c.add(f"clamp_{dtype}", clamp_kernel, (x, None, n, -0.5, 1.25), {"BLOCK": 128}, _grid1(n, 128), {1: want})
+    x = c.randint(-100, 100, 500)
+    c.add("clamp_int32", clamp_kernel, (x, None, 500, -7, 9), {"BLOCK": 128}, _grid1(500, 128),
+          {1: torch.clamp(x, -7, 9)})
+
+    n = 300
+    x, m = c.randn(n, dtype=torch.float16), c.randint(0, 2, n, dtype=torch.bool)
+    c.add("masked_fill_fp16", masked_fill_kernel, (x, m, None, n, -3.5), {"BLOCK": 64}, _grid1(n, 64),
+          {2: x.masked_fill(m, -3.5)})
+
+
+def _cast_cases(c: _Builder) -> None:
+    n = 257
+    floats = c.randn(n, scale=50.0)
+    floats[::50] = 0.0
+    pairs = [
+        (floats, torch.float16), (floats, torch.bfloat16), (floats, torch.int32), (floats, torch.bool),
+        (floats, torch.float64), (c.randint(-2**31, 2**31, n), torch.float32),
+        (c.randn(n, dtype=torch.float16), torch.bfloat16), (c.randn(n, dtype=torch.bfloat16), torch.float16),
+        (c.randint(-2**40, 2**40, n, dtype=torch.int64), torch.int8),
+        (c.randint(-128, 128, n, dtype=torch.int8), torch.int64),
+        (c.randint(0, 256, n, dtype=torch.uint8), torch.int32),
+        (c.randint(0, 256, n, dtype=torch.uint8), torch.float32),
+        (c.randint(0, 2, n, dtype=torch.bool), torch.float32),
+        (c.randint(-3, 3, n, dtype=torch.int32), torch.bool),
+    ]
+    for x, to in pairs:
+        c.add(f"cast_{x.dtype}_to_{to}", cast_kernel, (x, None, n),
+              {"DTYPE": _DL[to], "BITCAST": False, "BLOCK": 64}, _grid1(n, 64), {1: x.to(to)})
+    for x, to in [(floats, torch.int32), (c.randn(n, dtype=torch.float16), torch.int16)]:
+        c.add(f"bitcast_{x.dtype}_to_{to}", cast_kernel, (x, None, n),
+              {"DTYPE": _DL[to], "BITCAST": True, "BLOCK": 64}, _grid1(n, 64), {1: x.view(to)})
+
+
+_DL = {
+    torch.float16: dl.float16, torch.bfloat16: dl.bfloat16, torch.float32: dl.float32, torch.float64: dl.float64,
+    torch.bool: dl.int1, torch.int8: dl.int8, torch.int16: dl.int16, torch.int32: dl.int32, torch.int64: dl.int64,
+    torch.uint8: dl.uint8,
+}
+
+
+def _int_cases(c: _Builder) -> None:
+    for dtype, lo, hi in [(torch.int32, -2**31, 2**31), (torch.int64, -2**62, 2**62), (torch.int32, -50, 50)]:
+        n = 300
+        a = c.randint(lo, hi, n, dtype=dtype)
+        b = c.randint(-20, 20, n, dtype=dtype)
+        b[b == 0] = 7
+        b[:3] = torch.tensor([-1, 1, -7], dtype=dtype)
+        expected = {
+            2: torch.div(a, b, rounding_mode="trunc"),
+            3: torch.fmod(a, b),
+            4: a * b,
+            5: (a >> 3) ^ (b << 2),
+        }
+        c.add(f"int_ops_{dtype}_{hi}", int_ops_kernel, (a, b, None, None, None, None, n), {"BLOCK": 128},
+              _grid1(n, 128), expected)
+
+
+def _math_cases(c: _Builder) -> None:
+    n = 200
+    anywhere = c.randn(n)
+    positive = c.randn(n).abs() + 0.1
+    unit = torch.rand(n, generator=c.gen).to(c.device) * 1.8 - 0.9
+    unary = {
+        "exp": anywhere, "exp2": anywhere, "expm1": anywhere * 0.1, "log": positive, "log2": positive,
+        "log1p": positive, "sqrt": positive, "rsqrt": positive, "abs": anywhere, "sin": anywhere,
+        "cos": anywhere, "tan": unit, "tanh": anywhere, "sigmoid": anywhere * 4, "erf": anywhere,
+        "floor": anywhere * 3, "ceil": anywhere * 3, "trunc": anywhere * 3,
+        "round": torch.cat([torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5], device=c.device), anywhere[5:] * 3]),
+    }
+    for fn, x in unary.items():
+        want = getattr(torch, fn)(x)
+        c.add(f"math_{fn}", math_kernel, (x, x, None, n), {"FN": fn, "BINARY": False, "BLOCK": 64},
+              _grid1(n, 64), {2: want})
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0], device=c.device).repeat(n // 4)
+    for fn in ("isnan", "isinf"):
+        c.add(f"math_{fn}", math_kernel, (special, special, None, n), {"FN": fn, "BINARY": False, "BLOCK": 64},
+              _grid1(n, 64), {2: getattr(torch, fn)(special)})
+    y = c.randn(n)
+    for fn, x in {"pow": positive, "atan2": anywhere, "fmod": anywhere * 5}.items():
+        c.add(f"math_{fn}", math_kernel, (x, y, None, n), {"FN": fn, "BINARY": True, "BLOCK": 64},
+              _grid1(n, 64), {2: getattr(torch, fn)(x, y)})
+    x16 = c.randn(n, dtype=torch.float16)
+    c.add("math_exp_fp16", math_kernel, (x16, x16, None, n), {"FN": "exp", "BINARY": False, "BLOCK": 64},
+          _grid1(n, 64), {2: torch.exp(x16.float()).half()})
+
+    a, b = c.randn(n), c.randn(n)
+    a[::7], b[::5] = float("nan"), float("nan")
+    c.add("maximum_nan", maximum_kernel, (a, b, None, None, n), {"BLOCK": 64}, _grid1(n, 64),
+          {2: torch.maximum(a, b), 3: torch.minimum(a, b)})
+
+
+def _row_cases(c: _Builder) -> None:
+    for dtype, rows, cols in [(torch.float32, 37, 100), (torch.float16, 5, 17), (torch.bfloat16, 1, 1)]:
+        x = c.randn(rows, cols, dtype=dtype, scale=3.0)
+        grid = _grid1(rows, 4)
+        c.add(f"softmax_{dtype}_{rows}x{cols}", softmax_kernel, (x, None, rows, cols),
+              {"XBLOCK": 4, "RBLOCK": 128}, grid, {1: torch.softmax(x.float(), -1).to(dtype)})
+        w, b = c.randn(cols, dtype=dtype), c.randn(cols, dtype=dtype)
+        want = F.layer_norm(x.float(), (cols,), w.float(), b.float(), 1e-5).to(dtype)
+        c.add(f"layernorm_{dtype}_{rows}x{cols}", layernorm_kernel, (x, w, b, None, rows, cols, 1e-5),
+              {"XBLOCK": 4, "RBLOCK": 128}, grid, {3: want})
+        xf = x.float()
+        want = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(dtype)
+        c.add(f"rmsnorm_{dtype}_{rows}x{cols}", rmsnorm_kernel, (x, w, None, rows, cols, 1e-6),
+              {"XBLOCK": 2, "RBLOCK": 128}, _grid1(rows, 2), {2: want})
+
+    x = c.randn(37, 300)
+    c.add("row_sum_looped", row_sum_looped_kernel, (x, None, 37, 300), {"XBLOCK": 8, "RBLOCK": 64},
+          lambda meta: (dl.cdiv(37, meta["XBLOCK"]),), {1: x.sum(1)})
+    c.add("row_sum_pointer_loop", row_sum_pointer_loop_kernel, (x, None, 300), {"RBLOCK": 32}, (37,),
+          {1: x.sum(1)})
+    for dtype, lo, hi in [(torch.float32, 0, 0), (torch.int32, -2**31, 2**31), (torch.int8, -128, 128),
+                          (torch.float16, 0, 0)]:
+        x = c.randn(9, 50, dtype=dtype) if dtype.is_floating_point else c.randint(lo, hi, 9, 50, dtype=dtype)
+        out_dtype = torch.float32 if dtype.is_floating_point else torch.int32
+        want = x.sum(1, dtype=out_dtype)
+        c.add(f"row_sum_persistent_{dtype}", row_sum_persistent_kernel, (x, None, 9, 50),
+              {"XBLOCK": 4, "RBLOCK": 64}, _grid1(9, 4), {1: want.to(out_dtype)})
+
+    ties = c.randint(0, 4, 13, 70).float()
+    ties[3, 10] = ties[3, 40] = float("nan")
+    ties[5] = 2.0
+    ints = c.randint(-3, 3, 13, 70)
+    for name, x, fill in [("float", ties, float("-inf")), ("int32", ints, -2**31)]:
+        c.add(f"row_argmax_{name}", row_arg_kernel, (x, None, 13, 70),
+              {"FILL": fill, "ARGMAX": True, "XBLOCK": 2, "RBLOCK": 128}, _grid1(13, 2),
+              {1: x.argmax(1).to(torch.int32)})
+    fill_max = {"float": float("inf"), "int32": 2**31 - 1}
+    for name, x in [("float", ties), ("int32", ints)]:
+        c.add(f"row_argmin_{name}", row_arg_kernel, (x, None, 13, 70),
+              {"FILL": fill_max[name], "ARGMAX": False, "XBLOCK": 2, "RBLOCK": 128}, _grid1(13, 2),
+              {1: x.argmin(1).to(torch.int32)})
+
+    x = c.randn(6, 40)
+    x[1, 7] = x[4, 0] = x[4, 39] = float("nan")
+    c.add("row_max_nan", row_max_kernel, (x, None, None, 6, 40), {"XBLOCK": 2, "RBLOCK": 64}, _grid1(6, 2),
+          {1: x.amax(1), 2: x.amin(1)})
+
+
+def _misc_cases(c: _Builder) -> None:
+    x = c.randn(45, 70)
+    c.add("transpose_2d_grid", transpose_kernel, (x, None, 45, 70), {"BM": 16, "BN": 32},
+          (dl.cdiv(45, 16), dl.cdiv(70, 32)), {1: x.t().contiguous()})
+    x = c.randn(64, scale=2.0)
+    keep = (x > 0) & ~(x.abs() > 1)
+    want = torch.where(keep | (x < -2), x * 1.5, -x)
+    c.add("scalar_logic", scalar_logic_kernel, (x, None, 1.5), {}, (64,), {1: want})
+    x = c.randn(100)
+    want = torch.ones_like(x)
+    for i in range(4):
+        want = want * x + (i + 1)
+    c.add("static_range_poly", poly_kernel, (x, None, 100), {"DEGREE": 4, "BLOCK": 32}, _grid1(100, 32),
+          {1: want})
+    x = c.randn(1000)
+    c.add("grid_stride_loop", grid_stride_kernel, (x, None, 1000), {"BLOCK": 64}, (3,), {1: x * 2})
+    x = c.randn(1)
+    c.add("add_size1_big_block", add_kernel, (x, x, None, 1), {"BLOCK": 1024}, (1,), {2: x + x})
+
+
+def cases(device: str = "cpu", seed: int = 0) -> list[Case]:
+    """Every corpus case with fresh inputs on ``device``."""
+    c = _Builder(device, seed)
+    for make in (_elementwise_cases, _cast_cases, _int_cases, _math_cases, _row_cases, _misc_cases):
+        make(c)
+    return c.cases
+
+
+KERNELS = [v for v in list(globals().values()) if isinstance(v, dl.Kernel)]
+"""Every corpus kernel (for compile-only checks)."""
