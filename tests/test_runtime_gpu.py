@@ -217,7 +217,7 @@ def test_dsl_kernel_matches_torch(fresh_cache, dtype):
     assert counters["kernels_compiled"] == 1 and counters["cache_hits"] == 0
     run_axpy(10_007, dtype, alpha=-3.0)  # same specialisation: no compile, no disk read
     run_axpy(4096, dtype, xblock=1024, num_warps=8)
-    assert counters["kernels_compiled"] == 3 and counters["cache_hits"] == 0
+    assert counters["kernels_compiled"] == 2 and counters["cache_hits"] == 0
 
 
 @pytest.mark.parametrize("n_cols, num_warps", [(100, 1), (1000, 4), (1000, 8)])
