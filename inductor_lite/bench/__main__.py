@@ -1,0 +1,194 @@
+"""``python -m inductor_lite.bench``: compare torch.compile backends on a model suite.
+
+Examples::
+
+    python -m inductor_lite.bench                                  # every model, GPU
+    python -m inductor_lite.bench --models hf --mode training --dtype amp --output hf.csv
+    python -m inductor_lite.bench --device cpu --tiny --models builtin \\
+        --backends eager,inductor_lite --repeat 3 --output out.json --plot out.png
+
+Prints a table (one row per model and backend) and the geomean speedups; see
+`inductor_lite.bench.measure` for how each number is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import logging
+import os
+import platform
+import sys
+from typing import Any
+
+import torch
+
+from .measure import DTYPES, MODES, Result, Settings, measure_model
+from .models import MODELS, SUITES, ModelSpec, resolve_models
+from .report import output_format, plot_speedups, print_summary, require, write_results
+
+DEFAULT_BACKENDS = "eager,inductor,inductor_lite"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface (``--help`` lists every option)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m inductor_lite.bench",
+        description="Benchmark torch.compile backends (speedup, accuracy, compile time, memory) on a model suite.",
+    )
+    parser.add_argument(
+        "--models", default="all",
+        help=f"comma-separated models or suites (all, {', '.join(SUITES)}); models: {', '.join(MODELS)} "
+        "(default: all)",
+    )
+    parser.add_argument("--mode", choices=MODES, default="inference", help="default: inference")
+    parser.add_argument(
+        "--dtype", choices=DTYPES, default="fp32",
+        help="fp32, bf16 (cast weights and inputs) or amp (autocast to bf16); default: fp32",
+    )
+    parser.add_argument("--batch-size", type=int, help="override every model's default batch size")
+    parser.add_argument(
+        "--backends", default=DEFAULT_BACKENDS,
+        help=f"comma-separated torch.compile backends (default: {DEFAULT_BACKENDS}); "
+        "'eager' is TorchDynamo capture without a compiler; the speedup baseline is always plain eager",
+    )
+    parser.add_argument("--repeat", type=int, default=30, help="timed iterations per backend (default: 30)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed iterations before timing (default: 5)")
+    parser.add_argument("--output", help="write the results to this .csv or .json file")
+    parser.add_argument("--plot", help="write a bar chart of the speedups to this .png file")
+    parser.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu",
+        help="default: cuda when available, else cpu",
+    )
+    parser.add_argument("--tiny", action="store_true", help="tiny model configs (CPU smoke tests)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of weights and inputs (default: 0)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each failure's traceback to stderr")
+    return parser
+
+
+def _parse_backends(text: str) -> list[str]:
+    """The backend list, checked against TorchDynamo's registry (``inductor_lite`` is registered on import).
+
+    Raises:
+        ValueError: an empty list or an unknown backend.
+    """
+    backends = list(dict.fromkeys(b.strip() for b in text.split(",") if b.strip()))
+    if not backends:
+        raise ValueError("no backends selected")
+    known = set(torch._dynamo.list_backends(exclude_tags=())) | {"eager", "inductor_lite"}
+    unknown = [b for b in backends if b not in known]
+    if unknown:
+        raise ValueError(f"unknown backend(s) {unknown}; known: {', '.join(sorted(known))}")
+    return backends
+
+
+def _register_inductor_lite() -> None:
+    """Import inductor_lite so its backend is registered; a failure is reported, not raised.
+
+    The rows of inductor_lite then fail with the import error in their note.
+    """
+    try:
+        import inductor_lite  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - a broken backend must not stop the other backends
+        print(f"warning: import inductor_lite failed: {type(error).__name__}: {error}", file=sys.stderr)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[ModelSpec], list[str], Settings]:
+    """Parse and check the command line.
+
+    Returns:
+        ``(args, model_specs, backends, settings)``.
+
+    Raises:
+        SystemExit: bad arguments (argparse prints the problem and exits with status 2).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        specs = resolve_models(args.models)
+        if "inductor_lite" in args.backends:
+            _register_inductor_lite()
+        backends = _parse_backends(args.backends)
+        settings = Settings(
+            mode=args.mode, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
+            repeat=args.repeat, warmup=args.warmup, tiny=args.tiny, seed=args.seed,
+        )
+        if args.output:
+            output_format(args.output)
+        if args.plot and os.path.splitext(args.plot)[1].lower() != ".png":
+            raise ValueError(f"--plot {args.plot!r}: the extension must be .png")
+        # Missing optional packages are found now, not after an hour of benchmarking.
+        require("rich.progress")
+        if args.plot:
+            require("matplotlib.figure")
+    except (ValueError, ImportError) as error:
+        parser.error(str(error))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available (use --device cpu)")
+    return args, specs, backends, settings
+
+
+def _metadata(backends: list[str], settings: Settings) -> dict[str, Any]:
+    """Where and how the results were measured (the JSON's ``meta``)."""
+    device_name = torch.cuda.get_device_name() if settings.device == "cuda" else platform.processor() or "cpu"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "argv": sys.argv[1:],
+        "settings": dataclasses.asdict(settings),
+        "backends": backends,
+        "device_name": device_name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "python": platform.python_version(),
+    }
+
+
+def run(specs: list[ModelSpec], backends: list[str], settings: Settings) -> list[Result]:
+    """Measure every model on every backend, with a progress bar on stderr."""
+    progress_mod = require("rich.progress")
+    console_mod = require("rich.console")
+    rows: list[Result] = []
+    progress = progress_mod.Progress(
+        progress_mod.TextColumn("{task.description}"), progress_mod.BarColumn(),
+        progress_mod.MofNCompleteColumn(), progress_mod.TimeElapsedColumn(),
+        console=console_mod.Console(stderr=True), transient=True,
+    )
+    with progress:
+        task = progress.add_task("benchmarking", total=len(specs) * len(backends))
+        for spec in specs:
+            results = measure_model(spec, backends, settings)
+            for backend in backends:
+                # The generator runs lazily: this backend is measured inside next().
+                progress.update(task, description=f"{spec.name} / {backend}")
+                rows.append(next(results))
+                progress.advance(task)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 once the run finished, whatever the rows say)."""
+    args, specs, backends, settings = parse_args(argv)
+    if args.verbose:
+        logger = logging.getLogger("inductor_lite.bench")
+        logger.addHandler(logging.StreamHandler(sys.stderr))
+        logger.setLevel(logging.DEBUG)
+    if settings.device == "cuda":
+        # As PyTorch's compiler benchmarks do: fp32 matmuls and convolutions on TF32.
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    rows = run(specs, backends, settings)
+    print_summary(rows)
+    if args.output:
+        write_results(rows, args.output, _metadata(backends, settings))
+        print(f"results written to {args.output}")
+    if args.plot:
+        title = f"speedup over eager ({settings.mode}, {settings.dtype}, {settings.device})"
+        plot_speedups(rows, args.plot, title=title)
+        print(f"chart written to {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,570 @@
+"""Measuring one model on several ``torch.compile`` backends.
+
+The method follows PyTorch's own compiler benchmarks (``benchmarks/dynamo/common.py``
+in pytorch/pytorch), reimplemented here:
+
+- accuracy: one iteration of the model in fp64 is the reference; eager in the chosen
+  dtype must be matched by the compiled run either by ``allclose`` or, failing that, by
+  an RMSE against fp64 no worse than a small multiple of eager's own RMSE (the rule of
+  ``torch._dynamo.utils.same(..., fp64_ref=...)``). Inference compares the output;
+  training compares the loss and every parameter gradient after one forward/backward.
+- speedup: eager and compiled iterations are interleaved (so clock and load changes hit
+  both), each timed after warm-up, and the ratio of the medians is reported. CUDA runs
+  are timed with CUDA events, CPU runs with ``time.perf_counter``.
+- peak memory: ``torch.cuda.max_memory_allocated`` over one iteration after
+  ``reset_peak_memory_stats``; the ratio is eager peak / compiled peak.
+- compile latency: time of the first call minus eager's median iteration time. Cold:
+  an empty on-disk cache; warm: the same cache directory after ``torch._dynamo.reset()``
+  with the backend's in-memory caches cleared.
+
+A training iteration is ``zero_grad``, forward, mean cross-entropy loss, backward; the
+optimizer step is left out because it runs outside the compiled module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import gc
+import logging
+import os
+import statistics
+import tempfile
+import time
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .models import ModelSpec
+
+log = logging.getLogger("inductor_lite.bench")
+
+MODES = ("inference", "training")
+DTYPES = ("fp32", "bf16", "amp")
+
+# allclose tolerance: TorchDynamo's HuggingFace and timm suites use 1e-3 for inference
+# and 1e-2 for training (get_tolerance_and_cosine_flag in benchmarks/dynamo/).
+TOLERANCE = {"inference": 1e-3, "training": 1e-2}
+
+STATUS_OK = "ok"
+STATUS_SKIPPED = "skipped"
+STATUS_EAGER_FAILED = "eager_failed"
+STATUS_FAILED = "failed"
+STATUS_OOM = "oom"
+ACCURACY_PASS = "pass"
+ACCURACY_FAIL = "fail_accuracy"
+
+_MIB = 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What to measure and how.
+
+    Attributes:
+        mode: ``"inference"`` (eval mode, no grad) or ``"training"`` (train mode, loss and backward).
+        dtype: ``"fp32"``, ``"bf16"`` (weights and float inputs cast to bfloat16) or
+            ``"amp"`` (fp32 weights under ``torch.autocast`` to bfloat16; bfloat16 needs no
+            gradient scaler, unlike the float16 autocast of the dynamo benchmarks).
+        device: ``"cuda"`` or ``"cpu"``.
+        batch_size: overrides each model's default batch size when set.
+        repeat: timed iterations per backend (each of eager and compiled).
+        warmup: untimed iterations of each before timing.
+        tiny: tiny model configs (CPU smoke tests).
+        seed: seeds weights and inputs.
+
+    Raises:
+        ValueError: an unknown mode, dtype or device, or a count out of range.
+    """
+
+    mode: str = "inference"
+    dtype: str = "fp32"
+    device: str = "cpu"
+    batch_size: int | None = None
+    repeat: int = 30
+    warmup: int = 5
+    tiny: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.device not in ("cuda", "cpu"):
+            raise ValueError(f"device must be 'cuda' or 'cpu', got {self.device!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.repeat < 1:
+            raise ValueError(f"repeat must be >= 1, got {self.repeat}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "training"
+
+
+@dataclasses.dataclass
+class Result:
+    """One row of the report: one model on one backend.
+
+    ``status`` is ``ok`` (every measurement ran), ``skipped`` (the model's package is
+    missing), ``eager_failed`` (the model does not run eagerly, so nothing was compared),
+    ``failed`` (the backend raised; ``note`` has the error) or ``oom``. ``accuracy`` is
+    ``pass`` or ``fail_accuracy`` once checked, else empty. Times: ``eager_ms`` and
+    ``compiled_ms`` are median iteration times in milliseconds, ``compile_*_s`` seconds;
+    memory in MiB (CUDA only). ``kernels``, ``fallbacks`` (aten extern calls) and
+    ``graph_fallbacks`` (graphs run eagerly) come from ``inductor_lite.counters`` during
+    the cold compile and are empty for other backends.
+    """
+
+    model: str
+    suite: str
+    backend: str
+    mode: str
+    dtype: str
+    device: str
+    batch_size: int
+    status: str
+    accuracy: str = ""
+    speedup: float | None = None
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    compile_cold_s: float | None = None
+    compile_warm_s: float | None = None
+    eager_peak_mib: float | None = None
+    compiled_peak_mib: float | None = None
+    memory_ratio: float | None = None
+    kernels: int | None = None
+    fallbacks: int | None = None
+    graph_fallbacks: int | None = None
+    note: str = ""
+
+
+# ---------------------------------------------------------------- accuracy
+
+
+def rmse(fp64_ref: torch.Tensor, x: torch.Tensor) -> float:
+    """Root mean squared error of ``x`` against ``fp64_ref``, computed in fp64."""
+    return (fp64_ref.double() - x.double()).square().mean().sqrt().item()
+
+
+def check_accuracy(ref: Any, res: Any, fp64_ref: Any, tol: float, path: str = "output") -> str | None:
+    """Compare a compiled result with eager's, the way ``torch._dynamo.utils.same`` does.
+
+    ``ref`` (eager, benchmark dtype), ``res`` (compiled) and ``fp64_ref`` (eager in fp64)
+    are matching trees of tensors in dicts, lists and tuples. A float tensor passes when
+    ``allclose(ref, res, rtol=tol, atol=tol)`` holds, or else when
+    ``rmse(fp64_ref, res) <= m * rmse(fp64_ref, ref) + tol / 10`` with ``m = 3`` for
+    half-precision results or fewer than 1000 elements (noise dominates) and ``m = 2``
+    otherwise. NaN never passes. Other tensors must be equal.
+
+    Returns:
+        ``None`` when everything passes, else a sentence naming the first failing leaf.
+    """
+    if isinstance(ref, dict):
+        if not isinstance(res, dict) or set(ref) != set(res):
+            return f"{path}: keys differ"
+        for key in ref:
+            failure = check_accuracy(ref[key], res[key], fp64_ref[key], tol, f"{path}[{key!r}]")
+            if failure:
+                return failure
+        return None
+    if isinstance(ref, (list, tuple)):
+        if not isinstance(res, (list, tuple)) or len(ref) != len(res):
+            return f"{path}: lengths differ"
+        for i, (a, b, c) in enumerate(zip(ref, res, fp64_ref)):
+            failure = check_accuracy(a, b, c, tol, f"{path}[{i}]")
+            if failure:
+                return failure
+        return None
+    if not isinstance(ref, torch.Tensor):
+        return None if ref == res else f"{path}: {res!r} != {ref!r}"
+    if not isinstance(res, torch.Tensor):
+        return f"{path}: got {type(res).__name__}, expected a tensor"
+    if res.shape != ref.shape or res.dtype != ref.dtype:
+        return f"{path}: got {res.dtype}{list(res.shape)}, expected {ref.dtype}{list(ref.shape)}"
+    if not ref.is_floating_point():
+        return None if torch.equal(ref, res) else f"{path}: values differ"
+    if torch.allclose(ref, res, rtol=tol, atol=tol):
+        return None
+    ref_error, res_error = rmse(fp64_ref, ref), rmse(fp64_ref, res)
+    multiplier = 3.0 if res.dtype in (torch.float16, torch.bfloat16) or res.numel() < 1000 else 2.0
+    # A NaN error fails this comparison, so NaN never passes.
+    if res_error <= multiplier * ref_error + tol / 10:
+        return None
+    return (
+        f"{path}: RMSE vs fp64 {res_error:.3g} > {multiplier:g} x eager's {ref_error:.3g} + {tol / 10:g}"
+    )
+
+
+# ---------------------------------------------------------------- timing and memory
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_first_call(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
+    """Run ``fn`` once; return its result and the wall time in seconds, device work included."""
+    _synchronize(device)
+    start = time.perf_counter()
+    out = fn()
+    _synchronize(device)
+    return out, time.perf_counter() - start
+
+
+def time_call(fn: Callable[[], Any], device: torch.device) -> float:
+    """Seconds one call of ``fn`` takes: CUDA events on a CUDA device, else ``perf_counter``."""
+    if device.type != "cuda":
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(device)
+    begin.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1e3
+
+
+def time_interleaved(
+    fns: list[Callable[[], Any]], device: torch.device, warmup: int, repeat: int
+) -> list[float]:
+    """Median seconds per call of each function, calls interleaved round-robin.
+
+    Each function first runs ``warmup`` untimed times, then ``repeat`` timed rounds call
+    every function once in turn, so frequency scaling and load changes affect all alike.
+    """
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, samples in zip(fns, times):
+            samples.append(time_call(fn, device))
+    return [statistics.median(samples) for samples in times]
+
+
+def peak_memory_bytes(fn: Callable[[], Any], device: torch.device) -> int | None:
+    """Peak bytes allocated by torch's CUDA allocator during one call of ``fn`` (``None`` off CUDA).
+
+    Counts everything live (weights, inputs) plus what the call allocates, as
+    ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` does.
+    """
+    if device.type != "cuda":
+        return None
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device)
+
+
+# ---------------------------------------------------------------- compile caches
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables, restoring (or removing) them on exit."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+@contextlib.contextmanager
+def fresh_disk_cache(backend: str) -> Iterator[str]:
+    """An empty temporary on-disk compile cache for ``backend``, deleted on exit.
+
+    inductor_lite: ``INDUCTOR_LITE_CACHE_DIR`` and ``config.cache_dir`` (cache forced on);
+    inductor: ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``; other backends keep
+    nothing on disk. Yields the directory.
+    """
+    with tempfile.TemporaryDirectory(prefix=f"bench_{backend}_cache_") as directory:
+        if backend == "inductor_lite":
+            from inductor_lite.config import config
+
+            with _environ({"INDUCTOR_LITE_CACHE_DIR": directory}), config.patch(
+                cache_dir=directory, disable_cache=False
+            ):
+                yield directory
+        elif backend == "inductor":
+            triton_dir = os.path.join(directory, "triton")
+            with _environ({"TORCHINDUCTOR_CACHE_DIR": directory, "TRITON_CACHE_DIR": triton_dir}):
+                yield directory
+        else:
+            yield directory
+
+
+def reset_compiler(backend: str) -> None:
+    """Forget compiled code: ``torch._dynamo.reset()`` and the backend's in-memory caches."""
+    torch._dynamo.reset()
+    if backend == "inductor":
+        from torch._inductor.utils import clear_caches
+
+        clear_caches()
+    elif backend == "inductor_lite":
+        from inductor_lite.runtime import clear_memory_cache
+
+        clear_memory_cache()
+
+
+# ---------------------------------------------------------------- one model
+
+
+class _WithLoss(nn.Module):
+    """The training objective: ``forward(*args, target)`` is the mean cross entropy of ``model(*args)``."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        *args, target = inputs
+        logits = self.model(*args)
+        # Loss in at least fp32 (fp64 for the reference), as HF models compute theirs.
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "amp": torch.float32}
+
+
+def _cast_floats(tensors: tuple[torch.Tensor, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in tensors)
+
+
+def _detached_cpu(tree: Any) -> Any:
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, dict):
+        return {k: _detached_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_detached_cpu(v) for v in tree)
+    return tree
+
+
+class _Workload:
+    """A model prepared for one `Settings`: the eager module, its inputs and the references.
+
+    Attributes:
+        eager: the uncompiled module (dtype-cast, on the device; wrapped with the loss in training).
+        inputs: positional inputs of ``eager`` (the target last in training).
+        fp64_ref, eager_ref: results of one iteration in fp64 and in the benchmark dtype, on the CPU.
+    """
+
+    def __init__(self, spec: ModelSpec, settings: Settings):
+        self.settings = settings
+        self.device = torch.device(settings.device)
+        self.autocast_dtype = torch.bfloat16 if settings.dtype == "amp" else None
+        model = spec.build(settings.tiny, settings.seed)
+        batch = spec.make_inputs(settings.batch_size, settings.tiny, self.device, settings.seed)
+        self.batch_size = batch.target.shape[0]
+        inputs = batch.args + ((batch.target,) if settings.training else ())
+
+        reference = self._prepare(copy.deepcopy(model), torch.float64)
+        self.fp64_ref = self.results(reference, self._iterate(reference, _cast_floats(inputs, torch.float64), None))
+        del reference
+
+        dtype = _TORCH_DTYPES[settings.dtype]
+        self.eager = self._prepare(model, dtype)
+        self.inputs = _cast_floats(inputs, dtype)
+        self.eager_ref = self.results(self.eager, self.run(self.eager))
+        self.drop_grads(self.eager)
+
+    def _prepare(self, model: nn.Module, dtype: torch.dtype) -> nn.Module:
+        module = _WithLoss(model) if self.settings.training else model
+        return module.train(self.settings.training).to(device=self.device, dtype=dtype)
+
+    def _iterate(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], autocast_dtype) -> Any:
+        """One iteration: the output (inference) or the loss after backward (training)."""
+        autocast = (
+            torch.autocast(self.device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+        )
+        if not self.settings.training:
+            with torch.no_grad(), autocast:
+                return module(*inputs)
+        module.zero_grad(set_to_none=True)
+        with autocast:
+            loss = module(*inputs)
+        loss.backward()
+        return loss
+
+    def run(self, module: nn.Module) -> Any:
+        """One iteration of ``module`` (eager or compiled) on the benchmark inputs."""
+        return self._iterate(module, self.inputs, self.autocast_dtype)
+
+    def results(self, module: nn.Module, out: Any) -> Any:
+        """What accuracy compares, on the CPU: the output, or the loss and every gradient.
+
+        ``module`` is the uncompiled module whose parameters the iteration used.
+        """
+        if not self.settings.training:
+            return _detached_cpu(out)
+        grads = {
+            name: p.grad if p.grad is not None else torch.zeros_like(p) for name, p in module.named_parameters()
+        }
+        return _detached_cpu({"loss": out, "grads": grads})
+
+    def drop_grads(self, *modules: nn.Module) -> None:
+        """Free gradients so they do not count towards the next memory peak."""
+        for module in modules:
+            module.zero_grad(set_to_none=True)
+
+
+def _describe(error: BaseException) -> str:
+    """``Type: first paragraph of the message`` on one line, at most 300 characters.
+
+    The first paragraph keeps the cause that TorchDynamo's wrappers put on their second
+    line (``backend='x' raised:`` / ``RuntimeError: ...``) and drops their advice.
+    """
+    paragraph = str(error).strip().split("\n\n")[0]
+    message = " ".join(line.strip() for line in paragraph.splitlines())
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _mib(n_bytes: int | None) -> float | None:
+    return None if n_bytes is None else n_bytes / _MIB
+
+
+def _compile_and_run(work: _Workload, backend: str) -> tuple[nn.Module, nn.Module, Any, float]:
+    """Compile a fresh copy of the eager module and run its first iteration.
+
+    Returns:
+        ``(module, compiled, output, seconds)``: the uncompiled copy (its parameters hold
+        the gradients), the compiled module, the iteration's output and its wall time
+        including compilation.
+    """
+    module = copy.deepcopy(work.eager)
+    compiled = torch.compile(module, backend=backend)
+    out, seconds = time_first_call(lambda: work.run(compiled), work.device)
+    return module, compiled, out, seconds
+
+
+def _record_lite_counters(row: Result) -> None:
+    from inductor_lite.counters import counters
+
+    row.kernels, row.fallbacks = counters["kernels_generated"], counters["extern_calls"]
+    row.graph_fallbacks = counters["graphs_fallback"]
+    if row.graph_fallbacks:
+        row.note = f"{row.graph_fallbacks} graph(s) ran eagerly"
+
+
+def _measure_backend(work: _Workload, backend: str, row: Result) -> None:
+    """Fill ``row`` with every measurement of ``backend``; raises whatever the backend raises."""
+    settings, device = work.settings, work.device
+    with fresh_disk_cache(backend):
+        # Cold: an empty disk cache and nothing compiled in memory.
+        reset_compiler(backend)
+        if backend == "inductor_lite":
+            from inductor_lite.counters import reset
+
+            reset()
+        cold_first_s = _compile_and_run(work, backend)[-1]
+        if backend == "inductor_lite":
+            _record_lite_counters(row)
+
+        # Warm: the disk cache the cold compile filled, in-memory state dropped again.
+        reset_compiler(backend)
+        gc.collect()
+        module, compiled, out, warm_first_s = _compile_and_run(work, backend)
+        failure = check_accuracy(work.eager_ref, work.results(module, out), work.fp64_ref, TOLERANCE[settings.mode])
+        del out
+        row.accuracy = ACCURACY_FAIL if failure else ACCURACY_PASS
+        if failure:
+            row.note = "; ".join(filter(None, [row.note, failure]))
+
+        def eager_iteration() -> None:
+            work.run(work.eager)
+
+        def compiled_iteration() -> None:
+            work.run(compiled)
+
+        work.drop_grads(work.eager, module)
+        eager_peak = peak_memory_bytes(eager_iteration, device)
+        work.drop_grads(work.eager, module)
+        compiled_peak = peak_memory_bytes(compiled_iteration, device)
+        if eager_peak is not None and compiled_peak:
+            row.eager_peak_mib, row.compiled_peak_mib = _mib(eager_peak), _mib(compiled_peak)
+            row.memory_ratio = eager_peak / compiled_peak
+
+        eager_s, compiled_s = time_interleaved(
+            [eager_iteration, compiled_iteration], device, settings.warmup, settings.repeat
+        )
+        row.eager_ms, row.compiled_ms = eager_s * 1e3, compiled_s * 1e3
+        row.speedup = eager_s / compiled_s
+        # As the dynamo benchmarks do: the first call's time less one eager iteration.
+        row.compile_cold_s, row.compile_warm_s = cold_first_s - eager_s, warm_first_s - eager_s
+        row.status = STATUS_OK
+
+
+def _cleanup(device: torch.device) -> None:
+    torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> Iterator[Result]:
+    """Measure ``spec`` on each backend in order; yields one `Result` per backend.
+
+    ``backends`` are ``torch.compile`` backend names (``eager`` means TorchDynamo
+    capture with the eager backend; the baseline of every speedup is the uncompiled
+    module). Errors never propagate: a missing package, an eager failure or a backend
+    error becomes the row's ``status`` and ``note`` (traceback on the
+    ``inductor_lite.bench`` logger at DEBUG).
+    """
+    device = torch.device(settings.device)
+
+    def row(backend: str, status: str, note: str = "", batch_size: int | None = None) -> Result:
+        if batch_size is None:
+            batch_size = settings.batch_size or (spec.tiny_batch_size if settings.tiny else spec.batch_size)
+        return Result(
+            model=spec.name, suite=spec.suite, backend=backend, mode=settings.mode, dtype=settings.dtype,
+            device=settings.device, batch_size=batch_size, status=status, note=note,
+        )
+
+    reason = spec.unavailable_reason()
+    if reason:
+        for backend in backends:
+            yield row(backend, STATUS_SKIPPED, reason)
+        return
+    try:
+        work = _Workload(spec, settings)
+    except Exception as error:  # noqa: BLE001 - any eager failure is reported, not raised
+        log.debug("%s: eager run failed", spec.name, exc_info=True)
+        status = STATUS_OOM if isinstance(error, torch.cuda.OutOfMemoryError) else STATUS_EAGER_FAILED
+        _cleanup(device)
+        for backend in backends:
+            yield row(backend, status, _describe(error))
+        return
+    for backend in backends:
+        result = row(backend, STATUS_FAILED, batch_size=work.batch_size)
+        try:
+            _measure_backend(work, backend, result)
+        except Exception as error:  # noqa: BLE001 - one backend's failure must not stop the run
+            log.debug("%s on %s failed", spec.name, backend, exc_info=True)
+            result.status = STATUS_OOM if isinstance(error, torch.cuda.OutOfMemoryError) else STATUS_FAILED
+            result.note = "; ".join(filter(None, [result.note, _describe(error)]))
+        finally:
+            _cleanup(device)
+        yield result
+    del work
+    _cleanup(device)
+
