@@ -1,0 +1,505 @@
+"""Block IR -> LLVM IR (an ``llvmlite.ir`` module for the NVPTX backend).
+
+One program is one CTA of ``32 * num_warps`` threads. Every block value is held,
+in each thread, as a list of LLVM scalars (one per element the thread owns, in the
+order of its layout's `Distribution`); scalars are single values every thread holds.
+`nvptx_layouts` picks each value's layout, `nvptx_ops` emits the scalar code,
+`nvptx_memory` the loads/stores and `nvptx_reduce` reductions and shared-memory
+layout conversions.
+
+The kernel is ``define void @<fn.name>(...)`` marked as an entry through
+``nvvm.annotations`` (``kernel``, ``maxntidx``); LLVM >= 20 upgrades these to the
+``ptx_kernel`` calling convention and the ``nvvm.maxntid`` attribute. Thread-index
+math that depends only on ``%tid.x`` is emitted once, in the entry block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from llvmlite import ir as llir
+
+from . import ir
+from .axis_info import analyze
+from .layout import WARP_SIZE, Distribution, Layout, SliceLayout, distribute, log2
+from .nvptx_layouts import FREE, plan_layouts
+from .nvptx_memory import MemoryCodegen
+from .nvptx_ops import F32, F64, GLOBAL_PTR, I8, I32, I64, SHARED_PTR, LoweringError, ScalarCodegen, constant, reg_type
+from .nvptx_reduce import ReduceCodegen
+
+TRIPLE = "nvptx64-nvidia-cuda"
+MAX_ELEMENTS_PER_THREAD = 4096
+"""Beyond this many registers per thread for one block, compiling would take minutes and
+the kernel would spill everything: refuse instead."""
+
+_PARAM_TYPES = {"int64": ("i64", I64), "float64": ("f64", F64), "float32": ("f32", F32)}
+
+
+def param_kind(t: ir.BlockType) -> tuple[str, llir.Type]:
+    """How a scalar argument of type ``t`` is passed: ('ptr'|'i32'|'i64'|'f32'|'f64', LLVM type).
+
+    Pointers are 64-bit global addresses; integers narrower than 64 bits (bool too)
+    travel as i32 and fp16/bf16 as f32, converted inside the kernel.
+    """
+    if not t.is_scalar:
+        raise LoweringError(f"kernel arguments must be scalars or pointers, got {t}")
+    e = t.element
+    if isinstance(e, ir.PointerType):
+        return "ptr", GLOBAL_PTR
+    if e.name in _PARAM_TYPES:
+        return _PARAM_TYPES[e.name]
+    if e.is_floating:
+        return "f32", F32
+    return "i32", I32
+
+
+@dataclass(frozen=True)
+class LoweredKernel:
+    """The result of `lower`: the LLVM module and launch facts.
+
+    ``shared_bytes``: dynamic shared memory the launch must pass (the kernel declares
+    no static shared memory); ``param_types``: one `param_kind` string per ``fn.args``.
+    """
+
+    module: llir.Module
+    shared_bytes: int
+    param_types: tuple[str, ...]
+
+
+class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
+    def __init__(self, fn: ir.Function, num_warps: int, data_layout: str):
+        if num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32:
+            raise LoweringError(f"num_warps={num_warps} must be a power of two between 1 and 32")
+        self.fn = fn
+        self.num_warps = num_warps
+        self.axis = analyze(fn)
+        self.plan = plan_layouts(fn, num_warps, self.axis)
+        self.defs: dict[int, ir.Op] = {r.id: op for op in fn.walk() for r in op.results}
+        self.module = llir.Module(name=fn.name)
+        self.module.triple = TRIPLE
+        self.module.data_layout = data_layout
+        kinds = [param_kind(a.type) for a in fn.args]
+        self.param_types = tuple(k for k, _ in kinds)
+        self.kernel = llir.Function(self.module, llir.FunctionType(llir.VoidType(), [t for _, t in kinds]),
+                                    name=fn.name)
+        for arg, spec in zip(self.kernel.args, fn.args):
+            arg.name = spec.name
+        entry = self.kernel.append_basic_block("entry")
+        body = self.kernel.append_basic_block("body")
+        self.entry_b = llir.IRBuilder(entry)
+        self.entry_b.position_before(self.entry_b.branch(body))
+        self.b = llir.IRBuilder(body)
+        self.scopes: list[dict] = [{}]
+        self._thread_cache: dict = {}
+        self._shared: Optional[llir.GlobalVariable] = None
+        self.shared_bytes = 0
+        self.tid = self._entry_call("llvm.nvvm.read.ptx.sreg.tid.x", "tid")
+        self.lane = self.entry_b.and_(self.tid, llir.Constant(I32, WARP_SIZE - 1), name="lane")
+        self.warp = self.entry_b.lshr(self.tid, llir.Constant(I32, 5), name="warp")
+
+    # -- module plumbing --------------------------------------------------------------------
+    def _entry_call(self, name: str, hint: str) -> llir.Value:
+        return self.entry_b.call(self.declare(name, I32, []), [], name=hint)
+
+    def finish(self) -> LoweredKernel:
+        self.b.ret_void()
+        i32 = llir.Constant(I32, 1)
+        self.module.add_named_metadata("nvvm.annotations", [self.kernel, "kernel", i32])
+        self.module.add_named_metadata(
+            "nvvm.annotations", [self.kernel, "maxntidx", llir.Constant(I32, WARP_SIZE * self.num_warps)])
+        # libdevice asks NVVMReflect "__CUDA_FTZ": 0 keeps denormals, as torch does.
+        self.module.add_named_metadata("llvm.module.flags", [llir.Constant(I32, 4), "nvvm-reflect-ftz",
+                                                             llir.Constant(I32, 0)])
+        return LoweredKernel(self.module, self.shared_bytes, self.param_types)
+
+    def shared_base(self) -> llir.GlobalVariable:
+        if self._shared is None:
+            # Dynamic shared memory (`extern __shared__`): the launch passes `shared_bytes`,
+            # which also lifts the 48 KB cap on static shared memory.
+            self._shared = llir.GlobalVariable(self.module, llir.ArrayType(I8, 0), "__shared", addrspace=3)
+            self._shared.linkage = "external"
+            self._shared.align = 16
+            # llvmlite types globals with typed pointers; uses need the opaque `ptr addrspace(3)`.
+            self._shared.type = SHARED_PTR
+        return self._shared
+
+    def reserve_shared(self, nbytes: int) -> None:
+        self.shared_base()
+        self.shared_bytes = max(self.shared_bytes, (nbytes + 15) // 16 * 16)
+
+    def barrier(self) -> None:
+        self.b.call(self.declare("llvm.nvvm.barrier0", llir.VoidType(), []), [])
+
+    # -- per-thread coordinates (entry block, cached) -----------------------------------------
+    def thread_coord(self, dist: Distribution, dim: int) -> llir.Value:
+        """i32 runtime part of this thread's coordinate along ``dim`` in ``dist``."""
+        key = ("coord", dist, dim)
+        if key not in self._thread_cache:
+            b = self.entry_b
+            acc = None
+            for source, shift, mask, scale in dist.thread_terms(dim):
+                src = self.lane if source == "lane" else self.warp
+                term = b.and_(b.lshr(src, llir.Constant(I32, shift)), llir.Constant(I32, mask))
+                term = b.shl(term, llir.Constant(I32, log2(scale)))
+                acc = term if acc is None else b.or_(acc, term)
+            self._thread_cache[key] = acc if acc is not None else llir.Constant(I32, 0)
+        return self._thread_cache[key]
+
+    def flat_base(self, dist: Distribution) -> llir.Value:
+        """i32 row-major flat index of this thread's runtime coordinates."""
+        key = ("flat", dist)
+        if key not in self._thread_cache:
+            b = self.entry_b
+            acc = llir.Constant(I32, 0)
+            stride = 1
+            for d in reversed(range(dist.rank)):
+                c = self.thread_coord(dist, d)
+                if not (isinstance(c, llir.Constant) and c.constant == 0):
+                    acc = b.add(acc, b.mul(c, llir.Constant(I32, stride)))
+                stride *= dist.shape[d]
+            self._thread_cache[key] = acc
+        return self._thread_cache[key]
+
+    def thread_predicate(self, lane_mask: int, warp_mask: int) -> Optional[llir.Value]:
+        """i1: ``lane & lane_mask == 0 and warp & warp_mask == 0`` (None if both masks are 0)."""
+        key = ("pred", lane_mask, warp_mask)
+        if key not in self._thread_cache:
+            b = self.entry_b
+            pred = None
+            for src, mask in ((self.lane, lane_mask), (self.warp, warp_mask)):
+                if mask:
+                    p = b.icmp_unsigned("==", b.and_(src, llir.Constant(I32, mask)), llir.Constant(I32, 0))
+                    pred = p if pred is None else b.and_(pred, p)
+            self._thread_cache[key] = pred
+        return self._thread_cache[key]
+
+    def primary(self, dist: Distribution) -> Optional[llir.Value]:
+        """i1 true in the one thread that owns each element (None: no copies exist)."""
+        return self.thread_predicate(dist.replica_lane_mask, dist.replica_warp_mask)
+
+    def compressed_warp_bits(self, bits: tuple[int, ...]) -> llir.Value:
+        """The warp-id bits at positions ``bits``, packed into a small index."""
+        key = ("warpbits", bits)
+        if key not in self._thread_cache:
+            b = self.entry_b
+            acc = llir.Constant(I32, 0)
+            for k, bit in enumerate(bits):
+                one = b.and_(b.lshr(self.warp, llir.Constant(I32, bit)), llir.Constant(I32, 1))
+                acc = b.or_(acc, b.shl(one, llir.Constant(I32, k)))
+            self._thread_cache[key] = acc
+        return self._thread_cache[key]
+
+    # -- value environment ---------------------------------------------------------------
+    def _lookup(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def bind_scalar(self, v: ir.Value, x: llir.Value) -> None:
+        self.scopes[-1][(v.id, None)] = x
+
+    def bind_regs(self, v: ir.Value, dist: Distribution, regs: list[llir.Value]) -> None:
+        if dist.num_regs > MAX_ELEMENTS_PER_THREAD:
+            raise LoweringError(
+                f"block {v.type!r} puts {dist.num_regs} elements in each of {WARP_SIZE * self.num_warps} threads "
+                f"(at most {MAX_ELEMENTS_PER_THREAD}); use smaller blocks or more warps")
+        if len(regs) != dist.num_regs:
+            raise LoweringError(f"internal: {v!r} has {len(regs)} registers, layout wants {dist.num_regs}")
+        self.scopes[-1][(v.id, dist)] = regs
+
+    def bind_result(self, v: ir.Value, layout: Optional[Layout], regs: list[llir.Value]) -> None:
+        if v.type.is_scalar:
+            self.bind_scalar(v, regs[0])
+        else:
+            self.bind_regs(v, distribute(layout, v.type.shape), regs)
+
+    def scalar(self, v: ir.Value) -> llir.Value:
+        x = self._lookup((v.id, None))
+        if x is None:
+            raise LoweringError(f"internal: scalar {v!r} used before it is defined")
+        return x
+
+    def regs(self, v: ir.Value, layout: Layout) -> list[llir.Value]:
+        """The registers of block ``v`` in ``layout`` (recomputed or converted on demand)."""
+        dist = distribute(layout, v.type.shape)
+        found = self._lookup((v.id, dist))
+        if found is not None:
+            return found
+        home = self.plan.home(v)
+        if home == FREE:
+            regs = self.emit(self.defs[v.id], layout)
+        else:
+            src = distribute(home, v.type.shape)
+            have = self._lookup((v.id, src))
+            if have is None:
+                raise LoweringError(f"internal: {v!r} used before it is defined")
+            regs = self.convert(have, src, dist)
+        self.bind_regs(v, dist, regs)
+        return regs
+
+    def operand_regs(self, v: ir.Value, layout: Optional[Layout]) -> list[llir.Value]:
+        """Registers of ``v`` in ``layout``, or ``[scalar]`` for a scalar."""
+        return [self.scalar(v)] if v.type.is_scalar else self.regs(v, layout)
+
+    # -- driver ---------------------------------------------------------------------------------
+    def lower_args(self) -> None:
+        for spec, value, arg in zip(self.fn.args, self.fn.arg_values, self.kernel.args):
+            e = spec.type.element
+            if spec.equal_to_1:
+                x = constant(e, 1)
+            elif isinstance(e, ir.PointerType) or arg.type == reg_type(e):
+                x = arg
+            elif e.is_floating:
+                x = self.from_f32(arg, e)
+            elif e.kind == "bool":
+                x = self.b.icmp_unsigned("!=", arg, llir.Constant(I32, 0), name=spec.name)
+            else:
+                x = self.b.trunc(arg, reg_type(e), name=spec.name)
+            self.bind_scalar(value, x)
+
+    def lower_block(self, block: ir.Block) -> None:
+        for op in block.ops:
+            self.lower_op(op)
+
+    def lower_op(self, op: ir.Op) -> None:
+        try:
+            self._lower_op(op)
+        except LoweringError as e:
+            if e.loc is None:
+                e.loc = op.loc
+            raise
+
+    def _lower_op(self, op: ir.Op) -> None:
+        code = op.opcode
+        if code == "for":
+            self.lower_for(op)
+        elif code == "store":
+            self.lower_store(op)
+        elif code == "yield":
+            raise LoweringError("yield outside a for loop body")
+        elif code in ("reduce", "argreduce", "welford_combine"):
+            self.lower_reduction(op)
+        elif not op.results:
+            raise LoweringError(f"unknown op {code!r} without results")
+        else:
+            res = op.result
+            if res.type.is_scalar:
+                self.bind_scalar(res, self.emit(op, None)[0])
+            elif self.plan.home(res) != FREE:
+                layout = self.plan.home(res)
+                self.bind_regs(res, distribute(layout, res.type.shape), self.emit(op, layout))
+
+    def emit(self, op: ir.Op, layout: Optional[Layout]) -> list[llir.Value]:
+        """Registers of ``op``'s single result in ``layout`` (``[scalar]`` if None)."""
+        handler = getattr(self, "emit_" + op.opcode, None)
+        if handler is None:
+            raise LoweringError(f"unknown opcode {op.opcode!r}")
+        return handler(op, layout)
+
+    def _count(self, op: ir.Op, layout) -> int:
+        return 1 if layout is None else distribute(layout, op.result.type.shape).num_regs
+
+    # -- ops --------------------------------------------------------------------------------------
+    def emit_constant(self, op, layout):
+        return [constant(op.result.type.element, op.attrs["value"])] * self._count(op, layout)
+
+    def emit_program_id(self, op, layout):
+        return [self._sreg("ctaid", op)]
+
+    def emit_num_programs(self, op, layout):
+        return [self._sreg("nctaid", op)]
+
+    def _sreg(self, reg: str, op) -> llir.Value:
+        axis = op.attrs["axis"]
+        if axis not in (0, 1, 2):
+            raise LoweringError(f"{op.opcode} axis must be 0, 1 or 2, got {axis}")
+        return self.call(f"llvm.nvvm.read.ptx.sreg.{reg}.{'xyz'[axis]}", I32, [], op.result.name)
+
+    def emit_arange(self, op, layout):
+        dist = distribute(layout, op.result.type.shape)
+        base = self.thread_coord(dist, 0)
+        start = op.attrs["start"]
+        out = []
+        for off in dist.reg_offsets:
+            c = start + off[0]
+            out.append(self.b.add(base, llir.Constant(I32, c), name=op.result.name) if c else base)
+        return out
+
+    def emit_splat(self, op, layout):
+        return [self.scalar(op.operands[0])] * self._count(op, layout)
+
+    def emit_broadcast(self, op, layout):
+        x = op.operands[0]
+        if x.type.is_scalar:
+            return self.emit_splat(op, layout)
+        src = distribute(layout, x.type.shape)
+        dst = distribute(layout, op.result.type.shape)
+        grown = [d for d, (a, c) in enumerate(zip(x.type.shape, op.result.type.shape)) if a != c]
+        if any(x.type.shape[d] != 1 for d in grown):
+            raise LoweringError(f"broadcast from {x.type.shape} to {op.result.type.shape}: only size-1 dims grow")
+        regs = self.regs(x, layout)
+
+        def project(vec):
+            return tuple(0 if d in grown else c for d, c in enumerate(vec))
+
+        same_threads = (tuple(map(project, dst.lane_bases)) == src.lane_bases
+                        and tuple(map(project, dst.warp_bases)) == src.warp_bases)
+        if not same_threads:
+            raise LoweringError(f"internal: broadcast in {layout!r} moves data between threads")
+        return [regs[src.reg_of_offset[project(off)]] for off in dst.reg_offsets]
+
+    def emit_expand_dims(self, op, layout):
+        x = op.operands[0]
+        axis = op.attrs["axis"]
+        if x.type.is_scalar:
+            return self.emit_splat(op, layout)
+        src_layout = SliceLayout(layout, axis)
+        src = distribute(src_layout, x.type.shape)
+        dst = distribute(layout, op.result.type.shape)
+        regs = self.regs(x, src_layout)
+        return [regs[src.reg_of_offset[off[:axis] + off[axis + 1:]]] for off in dst.reg_offsets]
+
+    def emit_reshape(self, op, layout):
+        x = op.operands[0]
+        if x.type.is_scalar:
+            return self.emit_splat(op, layout)
+        src_layout = self.plan.placed(x) or self.plan.default(len(x.type.shape))
+        return self.convert(self.regs(x, src_layout), distribute(src_layout, x.type.shape),
+                            distribute(layout, op.result.type.shape))
+
+    def _elementwise(self, op, layout, f):
+        cols = [self.operand_regs(o, layout) for o in op.operands]
+        n = max(len(c) for c in cols)
+        cols = [c * n if len(c) == 1 else c for c in cols]
+        return [f(*(c[i] for c in cols)) for i in range(n)]
+
+    def emit_binary(self, op, layout):
+        kind = op.attrs["op"]
+        a, c = op.operands
+        name = op.result.name
+        if isinstance(a.type.element, ir.PointerType) or isinstance(c.type.element, ir.PointerType):
+            return self._pointer_arith(op, layout)
+        t = a.type.element
+        return self._elementwise(op, layout, lambda x, y: self.binary(kind, x, y, t, name))
+
+    def _pointer_arith(self, op, layout):
+        kind = op.attrs["op"]
+        a, c = op.operands
+        if isinstance(c.type.element, ir.PointerType):
+            if kind != "add" or isinstance(a.type.element, ir.PointerType):
+                raise LoweringError(f"pointer arithmetic {kind} with operands {a.type} and {c.type}")
+            a, c = c, a
+        if kind not in ("add", "sub"):
+            raise LoweringError(f"pointer arithmetic supports + and -, not {kind}")
+        offset_t = c.type.element
+        if not offset_t.is_integer:
+            raise LoweringError(f"pointer offset must be an integer, got {offset_t}")
+        elem = reg_type(a.type.element.element) if a.type.element.element.kind != "bool" else I8
+        ptrs, offs = self.operand_regs(a, layout), self.operand_regs(c, layout)
+        n = max(len(ptrs), len(offs))
+        ptrs, offs = (ptrs * n if len(ptrs) == 1 else ptrs), (offs * n if len(offs) == 1 else offs)
+        out = []
+        for p, o in zip(ptrs, offs):
+            # 64-bit address math so blocks beyond 2**31 elements work with int64 indices.
+            if o.type.width < 64:
+                o = (self.b.sext if offset_t.is_signed else self.b.zext)(o, I64)
+            if kind == "sub":
+                o = self.b.neg(o)
+            out.append(self.b.gep(p, [o], source_etype=elem, name=op.result.name))
+        return out
+
+    def emit_compare(self, op, layout):
+        t = op.operands[0].type.element
+        pred = op.attrs["pred"]
+        return self._elementwise(op, layout, lambda x, y: self.compare(pred, x, y, t, op.result.name))
+
+    def emit_math(self, op, layout):
+        t = op.operands[0].type.element
+        out = op.result.type.element
+        return self._elementwise(op, layout, lambda *xs: self.math(op.attrs["fn"], list(xs), t, out, op.result.name))
+
+    def emit_select(self, op, layout):
+        return self._elementwise(op, layout, lambda c, x, y: self.b.select(c, x, y, name=op.result.name))
+
+    def emit_cast(self, op, layout):
+        src, dst = op.operands[0].type.element, op.result.type.element
+        return self._elementwise(op, layout, lambda x: self.cast(x, src, dst, op.result.name))
+
+    def emit_bitcast(self, op, layout):
+        src, dst = op.operands[0].type.element, op.result.type.element
+        return self._elementwise(op, layout, lambda x: self.bitcast(x, src, dst, op.result.name))
+
+    def emit_load(self, op, layout):
+        return self.lower_load(op, layout)
+
+    # -- loops ---------------------------------------------------------------------------------------
+    def lower_for(self, op: ir.Op) -> None:
+        b = self.b
+        iv = op.attrs["iv"]
+        iv_t = reg_type(iv.type.element)
+        lb, ub, step = (self._as_int(self.scalar(o), iv_t) for o in op.operands[:3])
+        inits = op.operands[3:]
+        homes = [self.plan.placed(r) for r in op.results]
+        init_regs = [self.operand_regs(i, h) for i, h in zip(inits, homes)]
+        tag = iv.name or f"loop{iv.id}"
+        header = self.kernel.append_basic_block(f"{tag}.header")
+        body = self.kernel.append_basic_block(f"{tag}.body")
+        exit_ = self.kernel.append_basic_block(f"{tag}.exit")
+        pre = b.block
+        b.branch(header)
+        b.position_at_end(header)
+        iv_phi = b.phi(iv_t, name=iv.name)
+        iv_phi.add_incoming(lb, pre)
+        phis = []
+        for regs in init_regs:
+            row = []
+            for r in regs:
+                phi = b.phi(r.type)
+                phi.add_incoming(r, pre)
+                row.append(phi)
+            phis.append(row)
+        # The frontend guarantees step > 0 (the IR's `for` runs while iv < ub).
+        b.cbranch(b.icmp_signed("<", iv_phi, ub), body, exit_)
+        b.position_at_end(body)
+        self.scopes.append({})
+        self.bind_scalar(iv, iv_phi)
+        for c, h, row in zip(op.attrs["carried"], homes, phis):
+            self.bind_result(c, h, row)
+        ops = op.attrs["body"].ops
+        if not ops or ops[-1].opcode != "yield":
+            raise LoweringError("a for loop body must end with yield")
+        self.lower_block(ir.Block(ops[:-1]))
+        yielded = [self.operand_regs(y, h) for y, h in zip(ops[-1].operands, homes)]
+        latch = b.block
+        for row, regs in zip(phis, yielded):
+            for phi, r in zip(row, regs):
+                phi.add_incoming(r, latch)
+        iv_phi.add_incoming(b.add(iv_phi, step), latch)
+        b.branch(header)
+        self.scopes.pop()
+        b.position_at_end(exit_)
+        for r, h, row in zip(op.results, homes, phis):
+            self.bind_result(r, h, row)
+
+    def _as_int(self, x: llir.Value, t: llir.IntType) -> llir.Value:
+        if x.type == t:
+            return x
+        return self.b.sext(x, t) if x.type.width < t.width else self.b.trunc(x, t)
+
+
+def lower(fn: ir.Function, *, num_warps: int, data_layout: str = "") -> LoweredKernel:
+    """Lower ``fn`` to an ``llvmlite.ir`` module for ``num_warps`` warps per program.
+
+    Raises:
+        LoweringError: an op, type or shape this backend does not support (the message
+            names it).
+    """
+    lowering = _Lowering(fn, num_warps, data_layout)
+    lowering.lower_args()
+    lowering.lower_block(fn.body)
+    return lowering.finish()
+
+
+__all__ = ["LoweredKernel", "LoweringError", "lower", "param_kind", "TRIPLE"]

@@ -1,0 +1,244 @@
+"""Global loads and stores of block values.
+
+Each thread moves its registers in groups: registers that are consecutive along the
+layout's fastest dim and, by the axis analysis, consecutive and aligned in memory
+under one mask value, go through one access of up to 16 bytes (``ld.global.v4.b32``
+for fp32, eight fp16/bf16 as four 32-bit words, two fp64 as ``v2.b64``).
+
+Unmasked accesses are plain LLVM vector loads/stores (the optimiser sees them).
+Masked ones are predicated PTX, as Triton does: the ``other`` value is moved into
+the destination registers first, then ``@p ld.global...`` overwrites them where the
+mask holds. Stores from threads that only hold copies of elements (replicated
+layouts) are masked off, so each element is written once.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir as llir
+
+from . import ir
+from .axis_info import vector_width
+from .layout import Distribution, distribute
+from .nvptx_layouts import element_bytes
+from .nvptx_ops import I1, I8, I16, I32, LoweringError, mem_type
+
+_CONSTRAINT = {8: "h", 16: "h", 32: "r", 64: "l"}
+
+
+def _word_shape(bits: int, vec: int) -> tuple[int, int]:
+    """(word bits, word count) that carry ``vec`` elements of ``bits`` bits."""
+    total = bits * vec
+    word = 64 if bits == 64 else min(32, total)
+    return word, total // word
+
+
+def contiguous_run(dist: Distribution) -> tuple[int, int]:
+    """(dim, length) of the leading registers that are consecutive along one dim."""
+    if not dist.reg_bases:
+        return 0, 1
+    first = dist.reg_bases[0]
+    dim = next(d for d, c in enumerate(first) if c)
+    n = 0
+    for i, basis in enumerate(dist.reg_bases):
+        expected = tuple((1 << i) if d == dim else 0 for d in range(dist.rank))
+        if basis != expected:
+            break
+        n += 1
+    return dim, 1 << n
+
+
+class MemoryCodegen:
+    """Mixin of the NVPTX lowering: ``load``/``store`` ops."""
+
+    # -- words <-> elements ------------------------------------------------------------
+    def _to_int(self, x: llir.Value, bits: int) -> llir.Value:
+        t = llir.IntType(bits)
+        if x.type == t:
+            return x
+        if isinstance(x.type, llir.PointerType):
+            return self.b.ptrtoint(x, t)
+        return self.b.bitcast(x, t)
+
+    def _from_int(self, x: llir.Value, t: llir.Type) -> llir.Value:
+        if x.type == t:
+            return x
+        if isinstance(t, llir.PointerType):
+            return self.b.inttoptr(x, t)
+        return self.b.bitcast(x, t)
+
+    def _pack(self, elems: list[llir.Value], bits: int) -> list[llir.Value]:
+        word, n = _word_shape(bits, len(elems))
+        ints = [self._to_int(e, bits) for e in elems]
+        if word == bits:
+            return ints
+        vec = llir.Constant(llir.VectorType(llir.IntType(bits), len(ints)), None)
+        for i, e in enumerate(ints):
+            vec = self.b.insert_element(vec, e, llir.Constant(I32, i))
+        if n == 1:
+            return [self.b.bitcast(vec, llir.IntType(word))]
+        words = self.b.bitcast(vec, llir.VectorType(llir.IntType(word), n))
+        return [self.b.extract_element(words, llir.Constant(I32, i)) for i in range(n)]
+
+    def _unpack(self, words: list[llir.Value], bits: int, vec: int, t: llir.Type) -> list[llir.Value]:
+        word, n = _word_shape(bits, vec)
+        if word == bits:
+            return [self._from_int(w, t) for w in words]
+        if n == 1:
+            v = self.b.bitcast(words[0], llir.VectorType(llir.IntType(bits), vec))
+        else:
+            packed = llir.Constant(llir.VectorType(llir.IntType(word), n), None)
+            for i, w in enumerate(words):
+                packed = self.b.insert_element(packed, w, llir.Constant(I32, i))
+            v = self.b.bitcast(packed, llir.VectorType(llir.IntType(bits), vec))
+        return [self._from_int(self.b.extract_element(v, llir.Constant(I32, i)), t) for i in range(vec)]
+
+    @staticmethod
+    def _word_value(word: int, x: llir.Value, b: llir.IRBuilder) -> llir.Value:
+        """Sub-16-bit words travel in 16-bit registers (PTX has no 8-bit registers)."""
+        return b.zext(x, I16) if word == 8 else x
+
+    # -- accesses ------------------------------------------------------------------------
+    def _load_words(self, ptr, pred, others, word: int, n: int) -> list[llir.Value]:
+        c = _CONSTRAINT[word]
+        rt = I16 if word == 8 else llir.IntType(word)
+        reg_bits = 16 if word == 8 else word
+        outs = [f"${i}" for i in range(n)]
+        dst = outs[0] if n == 1 else "{" + ", ".join(outs) + "}"
+        vs = "" if n == 1 else f".v{n}"
+        asm = ""
+        args = [ptr, pred]
+        constraints = [f"={c}"] * n + ["l", "b"]
+        if others is not None:
+            for i, o in enumerate(others):
+                asm += f"mov.b{reg_bits} ${i}, ${n + 2 + i};\n\t"
+                args.append(self._word_value(word, o, self.b))
+                constraints.append(c)
+        asm += f"@${n + 1} ld.global{vs}.b{word} {dst}, [${n}];"
+        ret = rt if n == 1 else llir.LiteralStructType([rt] * n)
+        fty = llir.FunctionType(ret, [a.type for a in args])
+        res = self.b.call(llir.InlineAsm(fty, asm, ",".join(constraints), side_effect=True), args)
+        words = [res] if n == 1 else [self.b.extract_value(res, i) for i in range(n)]
+        return [self.b.trunc(w, I8) for w in words] if word == 8 else words
+
+    def _store_words(self, ptr, pred, words, word: int) -> None:
+        n = len(words)
+        c = _CONSTRAINT[word]
+        srcs = [f"${i + 1}" for i in range(n)]
+        src = srcs[0] if n == 1 else "{" + ", ".join(srcs) + "}"
+        vs = "" if n == 1 else f".v{n}"
+        asm = f"@${n + 1} st.global{vs}.b{word} [$0], {src};"
+        args = [ptr] + [self._word_value(word, w, self.b) for w in words] + [pred]
+        fty = llir.FunctionType(llir.VoidType(), [a.type for a in args])
+        self.b.call(llir.InlineAsm(fty, asm, ",".join(["l"] + [c] * n + ["b"]), side_effect=True), args)
+
+    def load_group(self, ptr, pred, others, elem: ir.ElementType, vec: int, name: str = "") -> list[llir.Value]:
+        """Load ``vec`` consecutive elements at ``ptr`` (predicated by ``pred`` if given)."""
+        mt = mem_type(elem)
+        bits = 8 * element_bytes(elem)
+        if pred is None:
+            t = mt if vec == 1 else llir.VectorType(mt, vec)
+            v = self.b.load(ptr, typ=t, align=vec * element_bytes(elem), name=name)
+            elems = [v] if vec == 1 else [self.b.extract_element(v, llir.Constant(I32, i)) for i in range(vec)]
+        else:
+            word, n = _word_shape(bits, vec)
+            other_words = None
+            if others is not None:
+                other_words = self._pack([self.to_memory(o, elem) for o in others], bits)
+            words = self._load_words(ptr, pred, other_words, word, n)
+            elems = self._unpack(words, bits, vec, mt)
+        return [self.from_memory(e, elem) for e in elems]
+
+    def store_group(self, ptr, pred, values, elem: ir.ElementType) -> None:
+        """Store consecutive elements ``values`` at ``ptr`` (predicated by ``pred`` if given)."""
+        mt = mem_type(elem)
+        vec = len(values)
+        bits = 8 * element_bytes(elem)
+        mem = [self.to_memory(v, elem) for v in values]
+        if pred is None:
+            if vec == 1:
+                self.b.store(mem[0], ptr, align=element_bytes(elem))
+                return
+            v = llir.Constant(llir.VectorType(mt, vec), None)
+            for i, e in enumerate(mem):
+                v = self.b.insert_element(v, e, llir.Constant(I32, i))
+            self.b.store(v, ptr, align=vec * element_bytes(elem))
+            return
+        word, _ = _word_shape(bits, vec)
+        self._store_words(ptr, pred, self._pack(mem, bits), word)
+
+    def to_memory(self, x: llir.Value, elem: ir.ElementType) -> llir.Value:
+        if x.type == I1:
+            return self.b.zext(x, I8)
+        return x
+
+    def from_memory(self, x: llir.Value, elem: ir.ElementType) -> llir.Value:
+        if isinstance(elem, ir.DType) and elem.kind == "bool":
+            return self.b.icmp_unsigned("!=", x, llir.Constant(I8, 0))
+        return x
+
+    # -- ops ------------------------------------------------------------------------------
+    def _mask_operand(self, v):
+        """None for an absent or provably all-true mask."""
+        if v is None:
+            return None
+        info = self.axis.get(v.id)
+        return None if info is not None and info.constant == 1 else v
+
+    def _access_width(self, dist: Distribution, ptr: ir.Value, mask) -> int:
+        dim, run = contiguous_run(dist)
+        if run == 1:
+            return 1
+        elem = ptr.type.element.element
+        mask_info = self.axis.get(mask.id) if mask is not None else None
+        return min(run, vector_width(self.axis[ptr.id], element_bytes(elem), dim, mask_info))
+
+    def lower_load(self, op: ir.Op, layout) -> list[llir.Value]:
+        ptr = op.operands[0]
+        mask = self._mask_operand(op.operands[1] if len(op.operands) > 1 else None)
+        other = op.operands[2] if len(op.operands) > 2 and mask is not None else None
+        elem = op.result.type.element
+        name = op.result.name
+        if layout is None:
+            p = self.scalar(ptr)
+            pred = self.scalar(mask) if mask is not None else None
+            o = [self.scalar(other)] if other is not None else None
+            return self.load_group(p, pred, o, elem, 1, name)
+        dist = distribute(layout, op.result.type.shape)
+        ptrs = self.regs(ptr, layout)
+        preds = self.regs(mask, layout) if mask is not None else None
+        others = self.regs(other, layout) if other is not None else None
+        vec = self._access_width(dist, ptr, mask)
+        out = []
+        for g in range(0, dist.num_regs, vec):
+            out += self.load_group(ptrs[g], preds[g] if preds else None,
+                                   others[g:g + vec] if others else None, elem, vec, name)
+        return out
+
+    def lower_store(self, op: ir.Op) -> None:
+        ptr, value = op.operands[0], op.operands[1]
+        mask = self._mask_operand(op.operands[2] if len(op.operands) > 2 else None)
+        elem = value.type.element
+        if ptr.type.is_scalar:
+            if not value.type.is_scalar:
+                raise LoweringError("store of a block through a scalar pointer")
+            # Every thread holds the scalar; thread 0 writes it.
+            pred = self.b.icmp_unsigned("==", self.tid, llir.Constant(I32, 0))
+            if mask is not None:
+                pred = self.b.and_(pred, self.scalar(mask))
+            self.store_group(self.scalar(ptr), pred, [self.scalar(value)], elem)
+            return
+        layout = (self.plan.placed(ptr) or self.plan.placed(value)
+                  or (self.plan.placed(mask) if mask is not None else None)
+                  or self.plan.default(len(ptr.type.shape)))
+        dist = distribute(layout, ptr.type.shape)
+        ptrs = self.regs(ptr, layout)
+        values = self.regs(value, layout) if not value.type.is_scalar else [self.scalar(value)] * dist.num_regs
+        preds = self.regs(mask, layout) if mask is not None else None
+        primary = self.primary(dist)
+        vec = self._access_width(dist, ptr, mask)
+        for g in range(0, dist.num_regs, vec):
+            pred = preds[g] if preds else None
+            if primary is not None:
+                pred = primary if pred is None else self.b.and_(pred, primary)
+            self.store_group(ptrs[g], pred, values[g:g + vec], elem)
+

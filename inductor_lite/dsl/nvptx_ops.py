@@ -1,0 +1,300 @@
+"""Scalar code generation for elementwise ops: one LLVM value in, one out.
+
+Block values are lists of registers, so every elementwise op of the block IR maps
+one of these functions over the registers. Semantics follow torch (and C where the
+DSL says so): ordered float compares except ``ne``; ``maximum``/``minimum`` propagate
+NaN; integer ``//``/``%`` truncate; float ``%`` is C ``fmod``; float->int casts
+truncate toward zero; fp32->fp16/bf16 rounds to nearest even; bool casts compare with
+zero; fp64->fp16/bf16 and int->fp16/bf16 go through fp32 as c10 does.
+
+All transcendental math goes through libdevice (``__nv_*``): NVPTX cannot lower LLVM's
+``llvm.exp``/``llvm.log``/... intrinsics and aborts the process on them. ``sqrt``
+uses ``llvm.sqrt`` (lowered to IEEE ``sqrt.rn``; libdevice's version would follow
+``__CUDA_PREC_SQRT``, which NVVMReflect resolves to the approximate one).
+
+bfloat16 lives in registers as its ``i16`` bit pattern (llvmlite has no bfloat type);
+fp16 as LLVM ``half``. Arithmetic on either is done in fp32.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from llvmlite import ir as llir
+
+from . import ir
+
+I1, I8, I16, I32, I64 = (llir.IntType(n) for n in (1, 8, 16, 32, 64))
+F16, F32, F64 = llir.HalfType(), llir.FloatType(), llir.DoubleType()
+GLOBAL_PTR = llir.PointerType(addrspace=1)
+SHARED_PTR = llir.PointerType(addrspace=3)
+
+
+class LoweringError(ValueError):
+    """The block IR asks for something this backend cannot generate.
+
+    ``loc``: the `ir.SourceLoc` of the op being lowered, filled in by the lowering.
+    """
+
+    loc = None
+
+
+def reg_type(t: ir.ElementType) -> llir.Type:
+    """LLVM type of one element in registers."""
+    if isinstance(t, ir.PointerType):
+        return GLOBAL_PTR
+    if t.is_floating:
+        return {16: F16 if t.name == "float16" else I16, 32: F32, 64: F64}[t.bits]
+    return llir.IntType(t.bits)
+
+
+def mem_type(t: ir.ElementType) -> llir.Type:
+    """LLVM type of one element in memory (bool is a byte, as in torch)."""
+    if isinstance(t, ir.DType) and t.kind == "bool":
+        return I8
+    return reg_type(t)
+
+
+def bf16_bits(value: float) -> int:
+    """bfloat16 bit pattern of ``value``, rounded to nearest even (NaN -> 0x7FC0)."""
+    if value != value:
+        return 0x7FC0
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def constant(t: ir.ElementType, value) -> llir.Constant:
+    """An LLVM constant of element type ``t``."""
+    if isinstance(t, ir.PointerType):
+        if value not in (0, None):
+            raise LoweringError(f"pointer constant {value!r}: only null pointers can be constants")
+        return llir.Constant(GLOBAL_PTR, None)
+    if t.kind == "bool":
+        return llir.Constant(I1, int(bool(value)))
+    if t.name == "bfloat16":
+        return llir.Constant(I16, bf16_bits(float(value)))
+    if t.is_floating:
+        return llir.Constant(reg_type(t), float(value))
+    v = int(value) & ((1 << t.bits) - 1)
+    if t.is_signed and v >= 1 << (t.bits - 1):
+        v -= 1 << t.bits
+    return llir.Constant(reg_type(t), v)
+
+
+class ScalarCodegen:
+    """Emits scalar LLVM code through ``self.b`` (an `llvmlite.ir.IRBuilder`).
+
+    Subclasses provide ``self.b`` and ``self.module``.
+    """
+
+    b: llir.IRBuilder
+    module: llir.Module
+
+    # -- declarations -------------------------------------------------------------
+    def declare(self, name: str, ret: llir.Type, args: list[llir.Type]) -> llir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = llir.Function(self.module, llir.FunctionType(ret, args), name=name)
+        return fn
+
+    def call(self, name: str, ret: llir.Type, args: list[llir.Value], name_hint: str = "") -> llir.Value:
+        return self.b.call(self.declare(name, ret, [a.type for a in args]), args, name=name_hint)
+
+    def libdevice(self, base: str, x: list[llir.Value], t: llir.Type) -> llir.Value:
+        """Call ``__nv_<base>f`` (fp32) or ``__nv_<base>`` (fp64)."""
+        suffix = "f" if t == F32 else ""
+        return self.call(f"__nv_{base}{suffix}", t, x)
+
+    # -- half <-> fp32 -------------------------------------------------------------
+    def to_f32(self, x: llir.Value, t: ir.DType) -> llir.Value:
+        if t.name == "bfloat16":
+            wide = self.b.shl(self.b.zext(x, I32), llir.Constant(I32, 16))
+            return self.b.bitcast(wide, F32)
+        if t.name == "float16":
+            return self.b.fpext(x, F32)
+        return x
+
+    def from_f32(self, x: llir.Value, t: ir.DType) -> llir.Value:
+        if t.name == "bfloat16":
+            bits = self.b.bitcast(x, I32)
+            lsb = self.b.and_(self.b.lshr(bits, llir.Constant(I32, 16)), llir.Constant(I32, 1))
+            rounded = self.b.add(bits, self.b.add(lsb, llir.Constant(I32, 0x7FFF)))
+            narrow = self.b.trunc(self.b.lshr(rounded, llir.Constant(I32, 16)), I16)
+            is_nan = self.b.fcmp_unordered("uno", x, x)
+            return self.b.select(is_nan, llir.Constant(I16, 0x7FC0), narrow)
+        if t.name == "float16":
+            return self.b.fptrunc(x, F16)
+        return x
+
+    @staticmethod
+    def is_half(t) -> bool:
+        return isinstance(t, ir.DType) and t.is_floating and t.bits == 16
+
+    # -- elementwise ops -------------------------------------------------------------
+    def binary(self, kind: str, a: llir.Value, c: llir.Value, t: ir.ElementType, name: str = "") -> llir.Value:
+        """``a <kind> c`` for elements of type ``t`` (``kind`` from `ir.BINARY_OPS`)."""
+        b = self.b
+        if isinstance(t, ir.PointerType):
+            raise LoweringError(f"binary {kind} on pointers must be lowered as pointer arithmetic")
+        if self.is_half(t):
+            r = self.binary(kind, self.to_f32(a, t), self.to_f32(c, t), ir.float32)
+            return self.from_f32(r, t)
+        if t.is_floating:
+            if kind == "add":
+                return b.fadd(a, c, name=name)
+            if kind == "sub":
+                return b.fsub(a, c, name=name)
+            if kind == "mul":
+                return b.fmul(a, c, name=name)
+            if kind == "truediv":
+                return b.fdiv(a, c, name=name)
+            if kind == "floordiv":
+                return self.libdevice("floor", [b.fdiv(a, c)], a.type)
+            if kind == "mod":
+                return self.libdevice("fmod", [a, c], a.type)
+            if kind in ("maximum", "minimum"):
+                return self.call(f"llvm.{kind}.{'f32' if a.type == F32 else 'f64'}", a.type, [a, c], name)
+            raise LoweringError(f"binary {kind} is not defined on {t}")
+        signed = t.is_signed
+        if kind == "add":
+            return b.add(a, c, name=name)
+        if kind == "sub":
+            return b.sub(a, c, name=name)
+        if kind == "mul":
+            return b.mul(a, c, name=name)
+        if kind == "floordiv":
+            return (b.sdiv if signed else b.udiv)(a, c, name=name)
+        if kind == "mod":
+            return (b.srem if signed else b.urem)(a, c, name=name)
+        if kind == "and":
+            return b.and_(a, c, name=name)
+        if kind == "or":
+            return b.or_(a, c, name=name)
+        if kind == "xor":
+            return b.xor(a, c, name=name)
+        if kind in ("shl", "shr"):
+            return self._shift(kind, a, c, t, name)
+        if kind in ("maximum", "minimum"):
+            pred = (">" if kind == "maximum" else "<")
+            cmp = b.icmp_signed(pred, a, c) if signed else b.icmp_unsigned(pred, a, c)
+            return b.select(cmp, a, c, name=name)
+        if kind == "truediv":
+            raise LoweringError("truediv on integers: the frontend must cast to a float type first")
+        raise LoweringError(f"unknown binary op {kind!r}")
+
+    def _shift(self, kind, a, c, t, name):
+        # LLVM shifts by >= the bit width are poison; torch gives 0 (or the sign fill).
+        b = self.b
+        width = llir.Constant(a.type, t.bits)
+        too_far = b.icmp_unsigned(">=", c, width)
+        if kind == "shl":
+            return b.select(too_far, llir.Constant(a.type, 0), b.shl(a, c), name=name)
+        if t.is_signed:
+            clamped = b.select(too_far, llir.Constant(a.type, t.bits - 1), c)
+            return b.ashr(a, clamped, name=name)
+        return b.select(too_far, llir.Constant(a.type, 0), b.lshr(a, c), name=name)
+
+    def compare(self, pred: str, a: llir.Value, c: llir.Value, t: ir.ElementType, name: str = "") -> llir.Value:
+        """``a <pred> c`` -> i1; float compares are ordered except ``ne``."""
+        ops = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+        if pred not in ops:
+            raise LoweringError(f"unknown compare predicate {pred!r}")
+        if self.is_half(t):
+            a, c, t = self.to_f32(a, t), self.to_f32(c, t), ir.float32
+        if isinstance(t, ir.PointerType):
+            return self.b.icmp_unsigned(ops[pred], self.b.ptrtoint(a, I64), self.b.ptrtoint(c, I64), name=name)
+        if t.is_floating:
+            if pred == "ne":
+                return self.b.fcmp_unordered("!=", a, c, name=name)
+            return self.b.fcmp_ordered(ops[pred], a, c, name=name)
+        if t.is_signed:
+            return self.b.icmp_signed(ops[pred], a, c, name=name)
+        return self.b.icmp_unsigned(ops[pred], a, c, name=name)
+
+    def math(self, fn: str, args: list[llir.Value], t: ir.DType, out: ir.DType, name: str = "") -> llir.Value:
+        """Elementwise math function ``fn`` (from `ir.MATH_FNS`) on elements of type ``t``."""
+        b = self.b
+        if not isinstance(t, ir.DType):
+            raise LoweringError(f"math {fn} on {t}")
+        if self.is_half(t):
+            wide = [self.to_f32(a, t) for a in args]
+            r = self.math(fn, wide, ir.float32, ir.float32 if out == t else out, name)
+            return self.from_f32(r, t) if out == t else r
+        x = args[0]
+        if fn == "neg":
+            return b.fneg(x, name=name) if t.is_floating else b.neg(x, name=name)
+        if fn == "not":
+            if t.is_floating:
+                raise LoweringError("bitwise not on a float type")
+            return b.not_(x, name=name)
+        if fn == "abs":
+            if t.is_floating:
+                return self.call(f"llvm.fabs.{'f32' if x.type == F32 else 'f64'}", x.type, [x], name)
+            if not t.is_signed:
+                return x
+            return b.select(b.icmp_signed("<", x, llir.Constant(x.type, 0)), b.neg(x), x, name=name)
+        if not t.is_floating:
+            raise LoweringError(f"math {fn} needs a float operand, got {t} (the frontend casts first)")
+        if fn == "isnan":
+            return b.fcmp_unordered("uno", x, x, name=name)
+        if fn == "isinf":
+            absx = self.call(f"llvm.fabs.{'f32' if x.type == F32 else 'f64'}", x.type, [x])
+            return b.fcmp_ordered("==", absx, llir.Constant(x.type, float("inf")), name=name)
+        if fn == "sqrt":
+            return self.call(f"llvm.sqrt.{'f32' if x.type == F32 else 'f64'}", x.type, [x], name)
+        if fn == "sigmoid":
+            one = llir.Constant(x.type, 1.0)
+            e = self.libdevice("exp", [b.fneg(x)], x.type)
+            return b.fdiv(one, b.fadd(one, e), name=name)
+        names = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log1p": "log1p",
+                 "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh", "erf": "erf",
+                 "floor": "floor", "ceil": "ceil", "round": "rint", "trunc": "trunc", "pow": "pow",
+                 "atan2": "atan2", "fmod": "fmod"}
+        if fn not in names:
+            raise LoweringError(f"unknown math function {fn!r}")
+        return self.libdevice(names[fn], list(args), x.type)
+
+    def cast(self, x: llir.Value, src: ir.ElementType, dst: ir.ElementType, name: str = "") -> llir.Value:
+        """Value conversion from ``src`` to ``dst`` with torch semantics."""
+        b = self.b
+        if src == dst:
+            return x
+        if isinstance(src, ir.PointerType) or isinstance(dst, ir.PointerType):
+            if isinstance(src, ir.PointerType) and isinstance(dst, ir.PointerType):
+                return x
+            raise LoweringError(f"cast between {src} and {dst}")
+        if dst.kind == "bool":
+            if src.is_floating:
+                return b.fcmp_unordered("!=", self.to_f32(x, src), llir.Constant(self.to_f32(x, src).type, 0.0),
+                                        name=name)
+            return b.icmp_unsigned("!=", x, llir.Constant(x.type, 0), name=name)
+        if src.is_floating and dst.is_floating:
+            x32 = self.to_f32(x, src)
+            if dst.bits == 64:
+                return b.fpext(x32, F64, name=name) if x32.type != F64 else x32
+            if x32.type == F64:
+                x32 = b.fptrunc(x32, F32)
+            return self.from_f32(x32, dst)
+        if src.is_floating:  # float -> int truncates toward zero; narrow ints wrap through i32
+            xf = self.to_f32(x, src)
+            wide = I64 if dst.bits == 64 else I32
+            r = b.fptoui(xf, wide) if (dst.kind == "uint" and dst.bits >= 32) else b.fptosi(xf, wide)
+            return b.trunc(r, reg_type(dst), name=name) if dst.bits < wide.width else r
+        if dst.is_floating:
+            signed = src.is_signed
+            if dst.bits == 64:
+                return (b.sitofp if signed else b.uitofp)(x, F64, name=name)
+            f = (b.sitofp if signed else b.uitofp)(x, F32)
+            return self.from_f32(f, dst)
+        if src.bits < dst.bits:
+            return (b.sext if src.is_signed else b.zext)(x, reg_type(dst), name=name)
+        if src.bits > dst.bits:
+            return b.trunc(x, reg_type(dst), name=name)
+        return x
+
+    def bitcast(self, x: llir.Value, src: ir.ElementType, dst: ir.ElementType, name: str = "") -> llir.Value:
+        """Reinterpret the bits of ``x`` (same width) as ``dst``."""
+        if src.bits != dst.bits:
+            raise LoweringError(f"bitcast from {src} to {dst}: widths differ")
+        t = reg_type(dst)
+        return x if x.type == t else self.b.bitcast(x, t, name=name)

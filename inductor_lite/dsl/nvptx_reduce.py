@@ -1,0 +1,301 @@
+"""Reductions along an axis, and layout conversions through shared memory.
+
+A reduction runs in three steps over the input's `Distribution`: combine the
+registers of each thread that share the other coordinates; butterfly-shuffle
+(``shfl.sync.bfly``) over the lane bits that walk the axis; then, if warps split the
+axis, every warp writes its partial to shared memory, a barrier, and every thread
+reads and combines all partials of its rows in warp order. The result has the
+``slice`` layout of the input, and every thread that holds a row holds the same
+bits.
+
+The reduction state is a tuple of scalars: ``(value,)`` for sum/prod/max/min,
+``(value, index)`` for argmax/argmin (ties go to the lower index; NaN wins, as in
+torch), ``(mean, m2, weight)`` for Welford (the parallel combine of Chan et al.,
+"Updating Formulae and a Pairwise Algorithm for Computing Sample Variances", 1979, as
+in TorchInductor's ``welford_combine``). Non-commutative combines see their operands
+in lane order so that all lanes compute identical bits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Sequence
+
+from llvmlite import ir as llir
+
+from . import ir
+from .layout import Distribution, SliceLayout, distribute
+from .nvptx_ops import F16, F32, F64, I1, I8, I16, I32, I64, LoweringError
+
+State = tuple
+Combine = Callable[[State, State], State]
+
+
+def _row_major_strides(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return strides[::-1]
+
+
+def flat_offset(dist: Distribution, reg: int) -> int:
+    """Row-major flat index of register ``reg``'s compile-time coordinates."""
+    return sum(o * s for o, s in zip(dist.reg_offsets[reg], _row_major_strides(dist.shape)))
+
+
+def _slot_bytes(t: llir.Type) -> int:
+    if t in (I64, F64) or isinstance(t, llir.PointerType):
+        return 8
+    if t in (I16, F16):
+        return 2
+    if t in (I1, I8):
+        return 1
+    return 4
+
+
+class ReduceCodegen:
+    """Mixin of the NVPTX lowering: ``reduce``/``argreduce``/``welford_combine``, and
+    `convert` (any layout or shape of the same size -> any other, via shared memory)."""
+
+    # -- shared memory --------------------------------------------------------------------
+    def smem_at(self, byte_offset: int, index: llir.Value, t: llir.Type) -> llir.Value:
+        base = self.b.gep(self.shared_base(), [llir.Constant(I32, byte_offset)], source_etype=I8)
+        return self.b.gep(base, [index], source_etype=t)
+
+    def smem_store(self, value, byte_offset: int, index, t) -> None:
+        v = self.b.zext(value, I8) if value.type == I1 else value
+        self.b.store(v, self.smem_at(byte_offset, index, v.type), align=_slot_bytes(v.type))
+
+    def smem_load(self, byte_offset: int, index, t: llir.Type) -> llir.Value:
+        st = I8 if t == I1 else t
+        v = self.b.load(self.smem_at(byte_offset, index, st), typ=st, align=_slot_bytes(st))
+        return self.b.icmp_unsigned("!=", v, llir.Constant(I8, 0)) if t == I1 else v
+
+    def flat_index(self, dist: Distribution, reg: int) -> llir.Value:
+        off = flat_offset(dist, reg)
+        base = self.flat_base(dist)
+        return self.b.add(base, llir.Constant(I32, off)) if off else base
+
+    def convert(self, regs: list[llir.Value], src: Distribution, dst: Distribution) -> list[llir.Value]:
+        """Move a block from distribution ``src`` to ``dst`` (same element count; the
+        shapes may differ, which is a row-major reshape) through shared memory."""
+        n_src = 1
+        for s in src.shape:
+            n_src *= s
+        n_dst = 1
+        for s in dst.shape:
+            n_dst *= s
+        if n_src != n_dst:
+            raise LoweringError(f"cannot convert a block of shape {src.shape} to shape {dst.shape}")
+        t = regs[0].type
+        self.reserve_shared(n_src * _slot_bytes(t))
+        self.barrier()
+        for j, r in enumerate(regs):
+            self.smem_store(r, 0, self.flat_index(src, j), t)
+        self.barrier()
+        return [self.smem_load(0, self.flat_index(dst, j), t) for j in range(dst.num_regs)]
+
+    # -- shuffles -------------------------------------------------------------------------
+    def shfl_xor(self, x: llir.Value, lane_mask: int) -> llir.Value:
+        """``x`` from lane ``lane ^ lane_mask`` of the same warp (any scalar type)."""
+        b = self.b
+        t = x.type
+        if t in (I64, F64):
+            bits = b.bitcast(x, I64) if t == F64 else x
+            lo = self.shfl_xor(b.trunc(bits, I32), lane_mask)
+            hi = self.shfl_xor(b.trunc(b.lshr(bits, llir.Constant(I64, 32)), I32), lane_mask)
+            out = b.or_(b.zext(lo, I64), b.shl(b.zext(hi, I64), llir.Constant(I64, 32)))
+            return b.bitcast(out, F64) if t == F64 else out
+        if t == F32:
+            return b.bitcast(self.shfl_xor(b.bitcast(x, I32), lane_mask), F32)
+        if t == F16:
+            return b.bitcast(self.shfl_xor(b.bitcast(x, I16), lane_mask), F16)
+        if t in (I1, I8, I16):
+            return b.trunc(self.shfl_xor(b.zext(x, I32), lane_mask), t)
+        if t != I32:
+            raise LoweringError(f"cannot shuffle a value of type {t}")
+        args = [llir.Constant(I32, -1), x, llir.Constant(I32, lane_mask), llir.Constant(I32, 31)]
+        return self.call("llvm.nvvm.shfl.sync.bfly.i32", I32, args)
+
+    # -- the three steps ------------------------------------------------------------------------
+    def reduce_states(self, states: list[State], src: Distribution, axis: int, out: Distribution,
+                      combine: Combine, commutative: bool) -> list[State]:
+        acc: dict[tuple[int, ...], State] = {}
+        for j, s in enumerate(states):
+            off = src.reg_offsets[j]
+            key = off[:axis] + off[axis + 1:]
+            acc[key] = combine(acc[key], s) if key in acc else s
+        result = [acc[out.reg_offsets[k]] for k in range(out.num_regs)]
+        for bit, basis in enumerate(src.lane_bases):
+            if basis[axis]:
+                result = [self._shuffle_combine(s, 1 << bit, combine, commutative) for s in result]
+        warp_bits = [bit for bit, basis in enumerate(src.warp_bases) if basis[axis]]
+        if warp_bits:
+            result = self._combine_across_warps(result, out, warp_bits, combine)
+        return result
+
+    def _shuffle_combine(self, s: State, lane_mask: int, combine: Combine, commutative: bool) -> State:
+        other = tuple(self.shfl_xor(c, lane_mask) for c in s)
+        if commutative:
+            return combine(s, other)
+        upper = self.b.icmp_unsigned("!=", self.b.and_(self.lane, llir.Constant(I32, lane_mask)),
+                                     llir.Constant(I32, 0))
+        lo = tuple(self.b.select(upper, o, c) for c, o in zip(s, other))
+        hi = tuple(self.b.select(upper, c, o) for c, o in zip(s, other))
+        return combine(lo, hi)
+
+    def _combine_across_warps(self, result: list[State], out: Distribution, warp_bits: list[int],
+                              combine: Combine) -> list[State]:
+        b = self.b
+        groups = 1 << len(warp_bits)
+        numel = 1
+        for s in out.shape:
+            numel *= s
+        types = [c.type for c in result[0]]
+        offsets, size = [], 0
+        for t in types:
+            size = (size + 15) // 16 * 16
+            offsets.append(size)
+            size += numel * groups * _slot_bytes(t)
+        self.reserve_shared(size)
+        warp_index = self.compressed_warp_bits(tuple(warp_bits))
+        # One writer per (row, warp): lanes and warps that hold copies stay quiet.
+        axis_warp_mask = sum(1 << w for w in warp_bits)
+        quiet_lanes = out.replica_lane_mask
+        quiet_warps = out.replica_warp_mask & ~axis_warp_mask
+        writer = self.thread_predicate(quiet_lanes, quiet_warps)
+        self.barrier()
+        with self._maybe_if(writer):
+            for k, s in enumerate(result):
+                slot = b.add(b.mul(self.flat_index(out, k), llir.Constant(I32, groups)), warp_index)
+                for c, off in zip(s, offsets):
+                    self.smem_store(c, off, slot, c.type)
+        self.barrier()
+        combined = []
+        for k in range(len(result)):
+            row = b.mul(self.flat_index(out, k), llir.Constant(I32, groups))
+            acc = None
+            for g in range(groups):
+                slot = b.add(row, llir.Constant(I32, g))
+                s = tuple(self.smem_load(off, slot, t) for t, off in zip(types, offsets))
+                acc = s if acc is None else combine(acc, s)
+            combined.append(acc)
+        return combined
+
+    def _maybe_if(self, pred):
+        return contextlib.nullcontext() if pred is None else self.b.if_then(pred)
+
+    # -- combines -------------------------------------------------------------------------------
+    def _compute_type(self, elem: ir.DType) -> ir.DType:
+        return ir.float32 if self.is_half(elem) else elem
+
+    def _reduce_combine(self, kind: str, t: ir.DType) -> tuple[Combine, bool]:
+        if kind in ("sum", "prod"):
+            if t.kind == "bool":
+                raise LoweringError(f"{kind} over bool: cast to an integer type first")
+            op = "add" if kind == "sum" else "mul"
+        elif kind in ("max", "min"):
+            op = "maximum" if kind == "max" else "minimum"
+        else:
+            raise LoweringError(f"unknown reduction {kind!r}")
+        return (lambda a, c: (self.binary(op, a[0], c[0], t),)), True
+
+    def _arg_combine(self, kind: str, t: ir.DType) -> Combine:
+        b = self.b
+        op = ">" if kind == "argmax" else "<"
+
+        def combine(a: State, c: State) -> State:
+            (va, ia), (vc, ic) = a, c
+            if t.is_floating:
+                a_nan = b.fcmp_unordered("uno", va, va)
+                c_nan = b.fcmp_unordered("uno", vc, vc)
+                better = b.or_(b.fcmp_ordered(op, va, vc), b.and_(a_nan, b.not_(c_nan)))
+                equal = b.or_(b.fcmp_ordered("==", va, vc), b.and_(a_nan, c_nan))
+            else:
+                cmp = b.icmp_signed if t.is_signed else b.icmp_unsigned
+                better = cmp(op, va, vc)
+                equal = b.icmp_unsigned("==", va, vc)
+            take_a = b.or_(better, b.and_(equal, b.icmp_signed("<", ia, ic)))
+            return b.select(take_a, va, vc), b.select(take_a, ia, ic)
+
+        return combine
+
+    def _welford_combine(self) -> Combine:
+        b = self.b
+
+        def combine(a: State, c: State) -> State:
+            (mean_a, m2_a, w_a), (mean_c, m2_c, w_c) = a, c
+            t = mean_a.type
+            zero = llir.Constant(t, 0.0)
+            delta = b.fsub(mean_c, mean_a)
+            w = b.fadd(w_a, w_c)
+            w_c_over_w = b.select(b.fcmp_ordered("==", w, zero), zero, b.fdiv(w_c, w))
+            mean = b.fadd(mean_a, b.fmul(delta, w_c_over_w))
+            m2 = b.fadd(b.fadd(m2_a, m2_c), b.fmul(b.fmul(b.fmul(delta, delta), w_a), w_c_over_w))
+            return mean, m2, w
+
+        return combine
+
+    # -- ops ----------------------------------------------------------------------------------------
+    def lower_reduction(self, op: ir.Op) -> None:
+        """Lower ``reduce``/``argreduce``/``welford_combine`` and bind its results."""
+        axis = op.attrs.get("axis")
+        xs = op.operands
+        if op.opcode == "welford_combine" and axis is None:
+            self._lower_welford_elementwise(op)
+            return
+        if op.opcode == "welford_combine" and len(xs) != 3:
+            raise LoweringError(f"welford_combine along an axis takes (mean, m2, weight), got {len(xs)} operands")
+        in_shape = xs[0].type.shape
+        if not 0 <= axis < len(in_shape):
+            raise LoweringError(f"{op.opcode} axis {axis} out of range for shape {in_shape}")
+        layout = next((self.plan.placed(x) for x in xs if self.plan.placed(x) is not None), None)
+        layout = layout or self.plan.default(len(in_shape))
+        src = distribute(layout, in_shape)
+        out_layout = SliceLayout(layout, axis)
+        out_shape = op.results[0].type.shape
+        out = distribute(out_layout, out_shape)
+        elem = xs[0].type.element
+        t = self._compute_type(elem)
+        cols = [[self.to_compute(r, elem) for r in self.regs(x, layout)] for x in xs]
+        states = list(zip(*cols))
+        if op.opcode == "reduce":
+            combine, commutative = self._reduce_combine(op.attrs["combine"], t)
+        elif op.opcode == "argreduce":
+            kind = op.attrs["combine"]
+            if kind not in ("argmax", "argmin"):
+                raise LoweringError(f"unknown argreduce {kind!r}")
+            coord = self.thread_coord(src, axis)
+            idx = [self.b.add(coord, llir.Constant(I32, src.reg_offsets[j][axis])) for j in range(src.num_regs)]
+            states = [s + (i,) for s, i in zip(states, idx)]
+            combine, commutative = self._arg_combine(kind, t), True
+        else:
+            if not t.is_floating:
+                raise LoweringError("welford_combine needs float operands")
+            combine, commutative = self._welford_combine(), False
+        result = self.reduce_states(states, src, axis, out, combine, commutative)
+        if op.opcode == "argreduce":
+            columns = [[s[1] for s in result]]
+        else:
+            columns = [[self.from_compute(c, elem) for c in col] for col in zip(*result)]
+        for value, regs in zip(op.results, columns):
+            self.bind_result(value, out_layout, list(regs))
+
+    def _lower_welford_elementwise(self, op: ir.Op) -> None:
+        if len(op.operands) != 6:
+            raise LoweringError(f"elementwise welford_combine takes 6 operands, got {len(op.operands)}")
+        layout = self.plan.placed(op.results[0])
+        elem = op.operands[0].type.element
+        cols = [[self.to_compute(r, elem) for r in self.operand_regs(x, layout)] for x in op.operands]
+        combine = self._welford_combine()
+        out = [combine(tuple(c[i] for c in cols[:3]), tuple(c[i] for c in cols[3:])) for i in range(len(cols[0]))]
+        for value, col in zip(op.results, zip(*out)):
+            self.bind_result(value, layout, [self.from_compute(c, elem) for c in col])
+
+    def to_compute(self, x: llir.Value, elem: ir.ElementType) -> llir.Value:
+        return self.to_f32(x, elem) if self.is_half(elem) else x
+
+    def from_compute(self, x: llir.Value, elem: ir.ElementType) -> llir.Value:
+        return self.from_f32(x, elem) if self.is_half(elem) else x
+
