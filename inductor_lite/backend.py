@@ -1,0 +1,226 @@
+"""The torch.compile backend: ``torch.compile(model, backend="inductor_lite")``.
+
+`inductor_lite_backend` hands the Dynamo graph to AOTAutograd (our decomposition table,
+min-cut rematerialisation partitioner) and compiles each resulting aten graph
+(forward, backward or inference) with `compile_graph`:
+
+    aten graph -> GraphLowering (IR) -> Scheduler (fusion) -> wrapper + DSL kernels
+    -> exec'd module whose ``call(args)`` runs the graph.
+
+Compiled graphs use the boxed calling convention (a list of inputs the callee
+clears). A graph that fails to compile - or whose first run fails - runs eagerly
+instead when ``config.fallback_on_error`` is set (the default): the failure is
+counted in ``graphs_fallback``, logged under the ``fallbacks`` artifact and warned
+about once through the ``inductor_lite`` logger.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import logging
+from typing import Any, Callable, Optional
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.exc import RestartAnalysis
+from torch._functorch.aot_autograd import make_boxed_func
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+from .codegen.wrapper import generate_wrapper, load_module
+from .config import config
+from .counters import counters
+from .debug import dump_graph
+from .fx_lowering.decompositions import decomposition_table
+from .fx_lowering.graph import GraphLowering
+from .logs import log_artifact
+from .scheduler.scheduler import Scheduler
+
+log = logging.getLogger("inductor_lite")
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""torch.compile modes accepted. All run the same pipeline for now (no CUDA graphs, no
+autotuning); the mode is recorded on each compiled graph."""
+
+RUNTIME_OPTIONS = ("interpret", "disable_cache", "cache_dir", "logs", "fallback_on_error")
+"""Config fields that matter when a compiled graph runs (kernels are built at first
+launch), so options given for them are re-applied around every call."""
+
+_graph_ids = itertools.count()
+_warned = False
+
+
+def _warn_once(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("%s (further fallbacks are logged under INDUCTOR_LITE_LOGS=fallbacks)", message)
+
+
+def _record_fallback(what: str, error: BaseException) -> None:
+    counters["graphs_fallback"] += 1
+    reason = f"{what} runs eagerly: {type(error).__name__}: {error}"
+    log_artifact("fallbacks", reason)
+    _warn_once(f"inductor_lite: {reason}")
+
+
+def check_options(mode: Optional[str], options: Optional[dict]) -> tuple[str, dict[str, Any]]:
+    """Validate ``torch.compile``'s ``mode`` and ``options``.
+
+    Returns ``(mode, options)`` with ``mode`` defaulted to ``'default'``.
+
+    Raises:
+        ValueError: an unknown mode.
+        KeyError: an option that is not a `config` field (the message lists them).
+        TypeError: an option value of the wrong type.
+    """
+    mode = mode or "default"
+    if mode not in MODES:
+        raise ValueError(f"inductor_lite: unknown mode {mode!r}; known modes: {', '.join(MODES)}")
+    options = dict(options or {})
+    known = {f.name: f for f in dataclasses.fields(config)}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise KeyError(f"inductor_lite: unknown option(s) {unknown}; known options: {sorted(known)}")
+    for name, value in options.items():
+        expected = type(getattr(config, name))
+        if expected is int and isinstance(value, bool) or not isinstance(value, expected):
+            raise TypeError(f"inductor_lite: option {name!r} must be a {expected.__name__}, "
+                            f"got {type(value).__name__} {value!r}")
+    return mode, options
+
+
+class CompiledGraph:
+    """A compiled aten graph, called with the boxed convention: ``compiled(args)``.
+
+    Attributes:
+        call: the generated ``call(args)``.
+        source: the generated wrapper module source.
+        mode, options: how it was compiled; the `RUNTIME_OPTIONS` among ``options``
+            are re-applied around each call.
+    """
+
+    def __init__(self, call: Callable, eager: Callable, source: str, name: str, mode: str, options: dict):
+        # an instance attribute: wrappers (torch._dynamo.disable) copy __dict__, not class attributes
+        self._boxed_call = True
+        self.call = call
+        self.eager = eager
+        self.source = source
+        self.name = name
+        self.mode = mode
+        self.options = options
+        self.runtime_options = {k: v for k, v in options.items() if k in RUNTIME_OPTIONS}
+        self._verified = False
+
+    def __call__(self, args: list) -> Any:
+        if not self.runtime_options:
+            return self._run(args)
+        with config.patch(**self.runtime_options):
+            return self._run(args)
+
+    def _run(self, args: list) -> Any:
+        if self._verified or not config.fallback_on_error:
+            return self.call(args)
+        saved = list(args)
+        try:
+            result = self.call(args)
+        except Exception as e:
+            _record_fallback(f"graph {self.name} (its first run failed)", e)
+            self.call = make_boxed_func(self.eager)
+            self._verified = True
+            return self.call(saved)
+        self._verified = True
+        return result
+
+
+def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
+                  options: Optional[dict] = None) -> Callable:
+    """Compile one aten graph (``kind``: ``fw``, ``bw`` or ``inference``) to a boxed callable.
+
+    Raises:
+        Exception: whatever a stage raised, only when ``config.fallback_on_error`` is off.
+    """
+    options = options or {}
+    graph_id = next(_graph_ids)
+    name = f"graph_{graph_id}_{kind}"
+    with config.patch(**options):
+        try:
+            compiled = _compile(gm, graph_id, kind, name, mode, options)
+        except Exception as e:
+            if not config.fallback_on_error:
+                raise
+            _record_fallback(f"graph {name}", e)
+            return make_boxed_func(gm.forward)
+    counters["graphs_compiled"] += 1
+    return compiled
+
+
+def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode: str,
+             options: dict) -> CompiledGraph:
+    graph = GraphLowering(gm)
+    graph.run()
+    scheduler = Scheduler(graph)
+    code = generate_wrapper(graph, scheduler, name)
+    kernel_dir = None
+    if config.debug_dir:
+        kernel_dir = dump_graph(
+            config.debug_dir, graph_id, kind,
+            fx_graph=gm.print_readable(print_output=False),
+            ir_pre_fusion=scheduler.pre_fusion_text,
+            ir_post_fusion=scheduler.post_fusion_text(),
+            output_code=code.source,
+        )
+    log_artifact("output_code", code.source)
+    call, _ = load_module(code, kernel_dir)
+    counters["kernels_generated"] += len(code.kernels)
+    for op, n in graph.extern_counts().items():
+        counters["extern_calls"] += n
+        counters[f"extern.{op}"] += n
+    return CompiledGraph(call, gm.forward, code.source, name, mode, options)
+
+
+def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: Optional[str] = None,
+                          options: Optional[dict] = None, **kwargs: Any) -> Callable:
+    """The ``torch.compile`` backend (registered as ``"inductor_lite"``).
+
+    Args:
+        gm: the Dynamo FX graph. example_inputs: its (fake) example inputs.
+        mode: a torch.compile mode (see `MODES`).
+        options: ``{config field: value}`` applied while compiling (and, for
+            `RUNTIME_OPTIONS`, while running).
+
+    Raises:
+        ValueError, KeyError, TypeError: a bad mode, option name or value, or an
+            unexpected keyword argument (TypeError).
+    """
+    if kwargs:
+        raise TypeError(f"inductor_lite: unexpected backend argument(s) {sorted(kwargs)}; "
+                        "expected mode= and options=")
+    mode, options = check_options(mode, options)
+    compilers = {
+        kind: functools.partial(_aot_compiler, kind=kind, mode=mode, options=options)
+        for kind in ("fw", "bw", "inference")
+    }
+    backend = aot_autograd(
+        fw_compiler=compilers["fw"],
+        bw_compiler=compilers["bw"],
+        inference_compiler=compilers["inference"],
+        decompositions=decomposition_table(),
+        partition_fn=min_cut_rematerialization_partition,
+    )
+    with config.patch(**options):
+        try:
+            return backend(gm, example_inputs)
+        except RestartAnalysis:
+            raise
+        except Exception as e:
+            if not config.fallback_on_error:
+                raise
+            _record_fallback("a Dynamo graph (AOTAutograd failed)", e)
+            return gm.forward
+
+
+def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, mode: str,
+                  options: dict) -> Callable:
+    return compile_graph(gm, kind, mode, options)

@@ -1,0 +1,108 @@
+"""Printing sympy index/size expressions as Python (wrapper) or DSL (kernel) source.
+
+Both targets share integer semantics on the non-negative values indices and sizes
+take: ``FloorDiv(a, b)`` prints as ``(a // b)``, ``ModularIndexing(a, b, c)`` as
+``((a // b) % c)``. Integer powers become products (the DSL has no ``**`` on
+blocks); ``Min``/``Max`` print as ``min``/``max`` in Python and
+``dl.minimum``/``dl.maximum`` in kernels.
+"""
+
+from __future__ import annotations
+
+import sympy
+from sympy.printing.precedence import PRECEDENCE
+from sympy.printing.str import StrPrinter
+
+
+class PythonPrinter(StrPrinter):
+    """sympy -> Python source for integer size expressions.
+
+    Raises (from `doprint`):
+        NotImplementedError: an expression kind with no integer meaning here
+            (rationals, floats, unknown functions).
+    """
+
+    printmethod = "_inductor_lite_str"  # ignore torch's own _sympystr methods
+
+    def _print_Integer(self, expr) -> str:
+        return str(int(expr))
+
+    def _print_Symbol(self, expr) -> str:
+        return expr.name
+
+    def _print_FloorDiv(self, expr) -> str:
+        a, b = expr.args
+        return f"({self._paren(a)} // {self._paren(b)})"
+
+    _print_CleanDiv = _print_FloorDiv
+
+    def _print_ModularIndexing(self, expr) -> str:
+        x, div, mod = expr.args
+        inner = self._paren(x) if div == 1 else f"({self._paren(x)} // {self._paren(div)})"
+        return f"({inner} % {self._paren(mod)})"
+
+    def _print_PythonMod(self, expr) -> str:
+        a, b = expr.args
+        return f"({self._paren(a)} % {self._paren(b)})"
+
+    _print_Mod = _print_PythonMod
+
+    def _print_Pow(self, expr, rational=False) -> str:
+        base, exp = expr.args
+        if exp.is_Integer and int(exp) > 0:
+            return "(" + " * ".join([self._paren(base)] * int(exp)) + ")"
+        raise NotImplementedError(f"cannot print {expr} as an integer expression")
+
+    def _print_Mul(self, expr) -> str:
+        if sympy.fraction(expr)[1] != 1:
+            raise NotImplementedError(f"cannot print the fraction {expr} as an integer expression")
+        return super()._print_Mul(expr)
+
+    def _print_Rational(self, expr) -> str:
+        raise NotImplementedError(f"cannot print the fraction {expr} as an integer expression")
+
+    def _print_Float(self, expr) -> str:
+        raise NotImplementedError(f"cannot print the float {expr} as an integer expression")
+
+    def _print_Min(self, expr) -> str:
+        return self._nary("min", expr.args)
+
+    def _print_Max(self, expr) -> str:
+        return self._nary("max", expr.args)
+
+    def _print_Function(self, expr) -> str:
+        raise NotImplementedError(f"cannot print {type(expr).__name__} ({expr}) in generated code")
+
+    def _nary(self, fn: str, args) -> str:
+        text = self._print(args[0])
+        for a in args[1:]:
+            text = f"{fn}({text}, {self._print(a)})"
+        return text
+
+    def _paren(self, expr) -> str:
+        return self.parenthesize(expr, PRECEDENCE["Atom"] - 1)
+
+
+class KernelPrinter(PythonPrinter):
+    """sympy -> DSL source: like Python, with ``dl.minimum``/``dl.maximum``."""
+
+    def _print_Min(self, expr) -> str:
+        return self._nary("dl.minimum", expr.args)
+
+    def _print_Max(self, expr) -> str:
+        return self._nary("dl.maximum", expr.args)
+
+
+_python = PythonPrinter()
+_kernel = KernelPrinter()
+
+
+def pexpr(expr) -> str:
+    """Python source of an integer sympy expression (or int)."""
+    return _python.doprint(sympy.sympify(expr))
+
+
+def kexpr(expr) -> str:
+    """DSL source of an integer sympy expression (or int)."""
+    return _kernel.doprint(sympy.sympify(expr))
+

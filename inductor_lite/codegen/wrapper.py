@@ -1,0 +1,251 @@
+"""Wrapper codegen: a scheduled graph -> a Python module with ``call(args)``.
+
+The module holds the graph's DSL kernels and one function::
+
+    def call(args):
+        primals_1, primals_2 = args
+        args.clear()                      # boxed convention: inputs can be freed early
+        s0 = primals_1.size(0)            # size symbols from the inputs
+        buf0 = empty_strided((s0, 16), (16, 1), device=device_0, dtype=torch.float32)
+        poi_fused_add_0[(dl.cdiv(16*s0, 1024),)](primals_1, primals_2, buf0, 16*s0, XBLOCK=1024, num_warps=4)
+        del primals_2
+        buf1 = aten.mm.default(buf0, primals_1)
+        buf1 = ensure_strides(buf1, (s0, s0), (s0, 1))
+        ...
+        return (buf1, s0)
+
+`load_module` execs the source under a fake filename registered in `linecache`, so
+``inspect.getsource`` (which the DSL uses to read kernels) and tracebacks work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import linecache
+import math
+from typing import Any, Callable, Optional
+
+import sympy
+import torch
+
+from ..fx_lowering.ir import Buffer, Layout, MultiOutput, ReinterpretView
+from ..scheduler.fusion import KernelGroup
+from ..scheduler.scheduler import Scheduler
+from .kernel import KernelSource, generate_kernel
+from .printer import pexpr
+
+_module_ids = itertools.count()
+
+
+@dataclasses.dataclass
+class WrapperCode:
+    """Generated module source plus what `load_module` needs to run it."""
+
+    source: str
+    kernels: list[KernelSource]
+    constants: dict[str, torch.Tensor]
+
+
+class _Writer:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.devices: dict[torch.device, str] = {}
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " + text)
+
+    def device(self, device: torch.device) -> str:
+        name = self.devices.get(device)
+        if name is None:
+            name = self.devices[device] = f"device_{len(self.devices)}"
+        return name
+
+
+def _tuple(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+class WrapperCodegen:
+    """Writes the ``call`` function for one scheduled graph."""
+
+    def __init__(self, graph, scheduler: Scheduler):
+        self.graph = graph
+        self.scheduler = scheduler
+        self.out = _Writer()
+        self.kernels: list[KernelSource] = []
+        self.defined_symbols: set[sympy.Symbol] = set()
+        self.used_symbols: set[sympy.Symbol] = set()
+
+    def _expr(self, expr) -> str:
+        """Python source of an integer expression; remembers its size symbols."""
+        expr = sympy.sympify(expr)
+        self.used_symbols |= expr.free_symbols
+        return pexpr(expr)
+
+    def _shape(self, exprs) -> str:
+        return _tuple([self._expr(e) for e in exprs])
+
+    def _value(self, v: Any) -> str:
+        """Python source for an extern argument or an output."""
+        if isinstance(v, ReinterpretView):
+            lay = v.layout
+            size, stride, offset = self._shape(lay.size), self._shape(lay.stride), self._expr(lay.offset)
+            return f"reinterpret_tensor({v.data.name}, {size}, {stride}, {offset})"
+        if isinstance(v, Buffer):
+            return v.name
+        if isinstance(v, sympy.logic.boolalg.BooleanAtom):
+            return repr(bool(v))
+        if isinstance(v, sympy.logic.boolalg.Boolean):
+            return self._expr(v)
+        if isinstance(v, sympy.Expr):
+            if v.is_Float or (v.is_number and not v.is_integer):
+                return _float(float(v))
+            return self._expr(v)
+        if v is None or isinstance(v, (bool, int, str)):
+            return repr(v)
+        if isinstance(v, float):
+            return _float(v)
+        if isinstance(v, torch.dtype):
+            return str(v)
+        if isinstance(v, torch.device):
+            return self.out.device(v)
+        if isinstance(v, (torch.layout, torch.memory_format)):
+            return str(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(self._value(x) for x in v) + "]"
+        if isinstance(v, tuple):
+            return _tuple([self._value(x) for x in v])
+        raise NotImplementedError(f"cannot pass a {type(v).__name__} ({v!r}) in generated code")
+
+    def _define_symbols(self, var: str, sources: dict) -> None:
+        """Define the size symbols that ``var`` (an input or extern output) is the source of."""
+        for symbol, (source_var, kind, dim) in sources.items():
+            if source_var != var or symbol in self.defined_symbols:
+                continue
+            getter = {"size": f"{var}.size({dim})", "stride": f"{var}.stride({dim})",
+                      "offset": f"{var}.storage_offset()", "value": var}[kind]
+            self.out.line(f"{symbol.name} = {getter}")
+            self.defined_symbols.add(symbol)
+
+    def _allocate(self, name: str, layout: Layout) -> None:
+        self.out.line(
+            f"{name} = empty_strided({self._shape(layout.size)}, {self._shape(layout.stride)}, "
+            f"device={self.out.device(layout.device)}, dtype={layout.dtype})"
+        )
+
+    def _kernel_step(self, group: KernelGroup) -> None:
+        kernel = generate_kernel(group, len(self.kernels), self.scheduler.removed_buffers, self._dtype_of)
+        self.kernels.append(kernel)
+        for node in group.nodes:
+            if node.name not in self.scheduler.removed_buffers:
+                self._allocate(node.name, node.node.layout)
+        numel = sympy.sympify(kernel.numel)
+        if numel.is_number and int(numel) == 0:
+            return
+        if numel.is_number:
+            grid = _tuple([str(math.ceil(int(numel) / kernel.xblock))])
+        else:
+            grid = _tuple([f"dl.cdiv({self._expr(numel)}, {kernel.xblock})"])
+        args = [value if kind == "buffer" else self._expr(value) for kind, value in kernel.call_args]
+        self.out.line(f"{kernel.name}[{grid}]({', '.join(args)}, XBLOCK={kernel.xblock}, num_warps={kernel.num_warps})")
+
+    def _extern_step(self, node) -> None:
+        buf = node.node
+        if isinstance(buf, MultiOutput):
+            self.out.line(f"{buf.name} = {buf.parent.name}[{buf.index}]")
+        else:
+            args = [self._value(a) for a in buf.args] + [f"{k}={self._value(v)}" for k, v in buf.kwargs.items()]
+            self.out.line(f"{buf.name} = {_op_path(buf.op)}({', '.join(args)})")
+        if buf.layout is not None:
+            self._define_symbols(buf.name, self.graph.symbol_sources)
+            self.out.line(f"{buf.name} = ensure_strides({buf.name}, {self._shape(buf.layout.size)}, "
+                          f"{self._shape(buf.layout.stride)})")
+
+    def _dtype_of(self, name: str) -> torch.dtype:
+        buf = self.scheduler.buffers.get(name) or self.graph.graph_inputs[name]
+        return buf.layout.dtype
+
+    def generate(self) -> None:
+        names = [name for name, _ in self.graph.placeholders]
+        self.out.line(f"{_tuple(names)} = args" if names else "assert not args")
+        self.out.line("args.clear()")
+        for name in names:
+            self._define_symbols(name, self.graph.symbol_sources)
+        self._free(-1)
+        for i, step in enumerate(self.scheduler.steps):
+            if isinstance(step, KernelGroup):
+                self._kernel_step(step)
+            else:
+                self._extern_step(step)
+            self._free(i)
+        outputs = [self._value(v) for v in self.graph.graph_outputs]
+        self.out.line(f"return {_tuple(outputs)}")
+        undefined = sorted(s.name for s in self.used_symbols - self.defined_symbols)
+        if undefined:
+            raise NotImplementedError(f"size symbol(s) {undefined} cannot be computed from the graph's inputs")
+
+    def _free(self, step: int) -> None:
+        names = self.scheduler.frees.get(step)
+        if names:
+            self.out.line(f"del {', '.join(sorted(names))}")
+
+    def source(self, title: str) -> str:
+        header = [
+            f"# {title}: generated by inductor_lite",
+            "import torch",
+            "import inductor_lite.dsl as dl",
+            "from inductor_lite.codegen.runtime_helpers import ensure_strides, reinterpret_tensor",
+            "",
+            "aten = torch.ops.aten",
+            "prims = torch.ops.prims",
+            "empty_strided = torch.empty_strided",
+        ]
+        header += [f"{name} = torch.device({str(dev)!r})" for dev, name in self.out.devices.items()]
+        kernels = [k.source for k in self.kernels]
+        call = ["def call(args):", *self.out.lines]
+        return "\n".join(header) + "\n\n\n" + "\n\n".join(kernels + ["\n".join(call)]) + "\n"
+
+
+def _float(v: float) -> str:
+    if math.isnan(v):
+        return 'float("nan")'
+    if math.isinf(v):
+        return 'float("inf")' if v > 0 else 'float("-inf")'
+    return repr(v)
+
+
+def _op_path(op) -> str:
+    """``aten.mm.default`` for ``torch.ops.aten.mm.default`` (namespaces other than aten/prims spelled out)."""
+    namespace = op.namespace
+    prefix = namespace if namespace in ("aten", "prims") else f"torch.ops.{namespace}"
+    return f"{prefix}.{op._opname}.{op._overloadname}"
+
+
+def generate_wrapper(graph, scheduler: Scheduler, title: str) -> WrapperCode:
+    """The wrapper module source for a lowered, scheduled graph.
+
+    Raises:
+        NotImplementedError: something the generated code cannot express.
+    """
+    gen = WrapperCodegen(graph, scheduler)
+    gen.generate()
+    return WrapperCode(gen.source(title), gen.kernels, dict(graph.constants))
+
+
+def load_module(code: WrapperCode, kernel_debug_dir: Optional[str] = None) -> tuple[Callable, dict]:
+    """Exec the generated source; returns ``(call, namespace)``.
+
+    The source is registered in ``linecache`` under a unique fake filename first.
+    With ``kernel_debug_dir`` every kernel gets ``debug_dir`` set (the runtime writes
+    its LLVM IR and PTX there).
+    """
+    filename = f"<inductor_lite_module_{next(_module_ids)}>"
+    linecache.cache[filename] = (len(code.source), None, code.source.splitlines(True), filename)
+    namespace: dict[str, Any] = {"__name__": filename.strip("<>"), **code.constants}
+    exec(compile(code.source, filename, "exec"), namespace)
+    if kernel_debug_dir:
+        for k in code.kernels:
+            namespace[k.name].debug_dir = kernel_debug_dir
+    return namespace["call"], namespace
+

@@ -1,0 +1,359 @@
+"""`GraphLowering`: an FX Interpreter that turns an aten graph into loop-level IR.
+
+Running the graph with `GraphLowering.run` evaluates each node symbolically:
+
+- placeholders become `InputBuffer`s (tensors) or sympy symbols (SymInts);
+- nodes whose value is a symbolic scalar (``sym_size``, SymInt arithmetic) become
+  their sympy expression from ``meta['val']``;
+- aten ops with a lowering (`lowerings.LOWERINGS`) become lazy `Pointwise` nodes or
+  views; every other op (and a lowering raising `NoLowering`) becomes an
+  `ExternKernel` on realized inputs, counted per op;
+- a lazy value is realized into a `ComputedBuffer` when it has several users, grows
+  too large to inline, feeds an extern, or is a graph output. Realized layouts use
+  the strides of the node's ``meta['val']`` when those are dense (so graph outputs
+  match eager), contiguous strides otherwise.
+
+Afterwards ``buffers`` lists every realized buffer in creation order and
+``graph_outputs`` the returned values; that is all the scheduler reads.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import operator
+from typing import Any, Optional, Sequence
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+from ..logs import log_artifact
+from .indexing import Expr, as_expr, known_equal
+from .ir import (
+    Buffer, ComputedBuffer, ExternKernel, GenericView, InputBuffer, IRNode, Layout, MultiOutput,
+    Pointwise, ReinterpretView, StorageBox, StridedInfo, as_strided_view, underlying_buffer,
+)
+from .lowerings import LOWERINGS, LoweringContext, NoLowering, lazy_origins, op_short_name
+from .ops import OpsHandler, set_ops_handler
+
+MAX_INLINE_OPS = 96
+"""A lazy Pointwise whose inlined body has more ops than this is realized (bounds code size)."""
+
+
+class LoweringError(RuntimeError):
+    """An FX node could not be lowered; the message names the node."""
+
+
+SymbolSource = tuple[str, str, int]
+"""How the wrapper computes a size symbol: (variable, 'size'|'stride'|'value'|'offset', dim)."""
+
+
+class _OpCounter(OpsHandler):
+    def __init__(self):
+        self.count = 0
+
+    def masked(self, mask, body, other):
+        self.count += 1
+        return body()
+
+    def default(self, name, *args):
+        self.count += 1
+
+
+def count_ops(loops: Pointwise) -> int:
+    """Number of ``ops`` calls one element of ``loops`` makes (inlined producers included)."""
+    counter = _OpCounter()
+    with set_ops_handler(counter):
+        loops.inner_fn(loops.index_vars())
+    return counter.count
+
+
+def is_dense(size: Sequence[Expr], stride: Sequence[Expr]) -> bool:
+    """True when ``stride`` lays ``size`` out without gaps or overlap (some dim order)."""
+    dims = [d for d, s in enumerate(size) if s != 1]
+    try:
+        dims.sort(key=lambda d: int(stride[d].subs({s: 7 for s in stride[d].free_symbols})), reverse=True)
+    except TypeError:
+        return False
+    expected: Expr = sympy.Integer(1)
+    for d in reversed(dims):
+        if not known_equal(stride[d], expected):
+            return False
+        expected = expected * size[d]
+    return True
+
+
+class GraphLowering(torch.fx.Interpreter):
+    """Lowers one aten ``GraphModule`` (forward, backward or inference graph).
+
+    Attributes (after `run`):
+        buffers: realized buffers (ComputedBuffer, ExternKernel, MultiOutput) in order.
+        graph_inputs: name -> InputBuffer for tensor placeholders and constants.
+        placeholders: (name, value) per placeholder: an InputBuffer, a sympy
+            expression (SymInt input) or a Python scalar.
+        constants: name -> tensor for ``get_attr`` tensors.
+        graph_outputs: the returned values (realized IR nodes, sympy expressions,
+            Python scalars or None).
+        symbol_sources: how each size symbol is computed at run time.
+        extern_ops: the aten op name of each extern call, in order.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        super().__init__(gm, garbage_collect_values=False)
+        self.buffers: list[Buffer] = []
+        self.graph_inputs: dict[str, InputBuffer] = {}
+        self.placeholders: list[tuple[str, Any]] = []
+        self.constants: dict[str, torch.Tensor] = {}
+        self.graph_outputs: list[Any] = []
+        self.symbol_sources: dict[sympy.Symbol, SymbolSource] = {}
+        self.extern_ops: list[str] = []
+        self.current_node: Optional[torch.fx.Node] = None
+        self._ids = itertools.count()
+
+    # ------------------------------------------------------------------ driving
+
+    def run(self) -> list[Any]:
+        """Lower the whole graph; returns ``graph_outputs``.
+
+        Raises:
+            LoweringError: a node failed to lower (the message names it and the cause).
+        """
+        super().run(enable_io_processing=False)
+        return self.graph_outputs
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        self.current_node = n
+        try:
+            return super().run_node(n)
+        except LoweringError:
+            raise
+        except Exception as e:
+            raise LoweringError(f"cannot lower node {n.format_node()}: {type(e).__name__}: {e}") from e
+
+    def new_name(self) -> str:
+        return f"buf{next(self._ids)}"
+
+    def register_buffer(self, buffer: Buffer) -> Buffer:
+        self.buffers.append(buffer)
+        return buffer
+
+    # ------------------------------------------------------------------ symbols
+
+    def _add_symbol_sources(self, var: str, val: torch.Tensor) -> None:
+        for kind, values in (("size", val.size()), ("stride", val.stride())):
+            for d, v in enumerate(values):
+                expr = as_expr(v)
+                if isinstance(expr, sympy.Symbol) and expr not in self.symbol_sources:
+                    self.symbol_sources[expr] = (var, kind, d)
+        offset = as_expr(val.storage_offset())
+        if isinstance(offset, sympy.Symbol) and offset not in self.symbol_sources:
+            self.symbol_sources[offset] = (var, "offset", 0)
+
+    def _known(self, expr: Expr) -> bool:
+        return all(s in self.symbol_sources for s in expr.free_symbols)
+
+    # ------------------------------------------------------------------ node kinds
+
+    def placeholder(self, target, args, kwargs) -> Any:
+        node = self.current_node
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            value: Any = InputBuffer(node.name, _layout_of(val), as_expr(val.storage_offset()))
+            self.graph_inputs[node.name] = value
+            self._add_symbol_sources(node.name, val)
+        elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            value = sympy.sympify(val.node.expr)
+            if isinstance(value, sympy.Symbol) and value not in self.symbol_sources:
+                self.symbol_sources[value] = (node.name, "value", 0)
+        elif val is None or isinstance(val, (bool, int, float)):
+            value = val
+        else:
+            raise NotImplementedError(f"placeholder {node.name} of type {type(val).__name__}")
+        self.placeholders.append((node.name, value))
+        return value
+
+    def get_attr(self, target, args, kwargs) -> Any:
+        value = self.fetch_attr(target)
+        if not isinstance(value, torch.Tensor):
+            return value
+        name = "const_" + str(target).replace(".", "_")
+        self.constants[name] = value
+        buffer = InputBuffer(name, _layout_of(value), value.storage_offset(), is_constant=True)
+        self.graph_inputs[name] = buffer
+        return buffer
+
+    def call_method(self, target, args, kwargs) -> Any:
+        raise NotImplementedError(f"call_method {target!r} in an aten graph")
+
+    def call_module(self, target, args, kwargs) -> Any:
+        raise NotImplementedError(f"call_module {target!r} in an aten graph")
+
+    def call_function(self, target, args, kwargs) -> Any:
+        node = self.current_node
+        val = node.meta.get("val")
+        if target is operator.getitem and isinstance(args[0], (list, tuple)):
+            return self._after_lowering(node, args[0][args[1]])
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            expr = sympy.sympify(val.node.expr)
+            if not self._known(expr):
+                raise NotImplementedError(f"data-dependent scalar {expr} (e.g. .item())")
+            return expr
+        if isinstance(val, (bool, int, float)) and not isinstance(target, torch._ops.OpOverload):
+            return val
+        if not isinstance(target, torch._ops.OpOverload):
+            raise NotImplementedError(f"call target {target!r} is not an aten op")
+        if target._schema.is_mutable:
+            raise NotImplementedError(f"mutating op {target} in a functional graph")
+        if val is None and target._schema.returns:
+            raise NotImplementedError(f"node {node.name} has no meta['val']")
+        lowering = LOWERINGS.get(target)
+        if lowering is not None:
+            try:
+                out = lowering(LoweringContext(node, self), *args, **kwargs)
+            except NoLowering as reason:
+                out = self.make_extern(target, args, kwargs, reason=str(reason))
+        else:
+            out = self.make_extern(target, args, kwargs)
+        return self._after_lowering(node, out)
+
+    def output(self, target, args, kwargs) -> Any:
+        node = self.current_node
+        values = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
+        arg_nodes = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+        outputs = []
+        for value, arg in zip(values, arg_nodes):
+            val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+            outputs.append(self.realize_output(value, val) if isinstance(value, IRNode) else value)
+        self.graph_outputs = outputs
+        return outputs
+
+    # ------------------------------------------------------------------ realization
+
+    def _after_lowering(self, node: torch.fx.Node, out: Any) -> Any:
+        if isinstance(out, StorageBox) and not out.is_realized():
+            out.meta_val = node.meta.get("val")
+            if len(node.users) > 1 or count_ops(out.data) > MAX_INLINE_OPS:
+                self.realize(out)
+        elif isinstance(out, GenericView) and len(node.users) > 1:
+            base = out.data
+            while isinstance(base, GenericView):
+                base = base.data
+            if isinstance(base, StorageBox) and not base.is_realized():
+                self.realize(base)
+        return out
+
+    @staticmethod
+    def _layout_for(node: IRNode, hint: Optional[StridedInfo]) -> Layout:
+        """``hint``'s strides when they fit ``node`` and are dense, else contiguous."""
+        size, dtype, device = node.get_size(), node.get_dtype(), node.get_device()
+        if hint is not None and len(hint.size) == len(size):
+            if all(known_equal(a, b) for a, b in zip(hint.size, size)) and is_dense(hint.size, hint.stride):
+                return Layout(device, dtype, size, list(hint.stride))
+        return Layout.contiguous(device, dtype, size)
+
+    def realize(self, box: StorageBox) -> Buffer:
+        """Turn a lazy box into a `ComputedBuffer` (laid out as its node's ``meta['val']``)."""
+        if box.is_realized():
+            return box.data
+        layout = self._layout_for(box, _hint(getattr(box, "meta_val", None)))
+        buffer = ComputedBuffer(self.new_name(), layout, box.data)
+        box.data = self.register_buffer(buffer)
+        return buffer
+
+    def _copy(self, node: IRNode, hint: Optional[StridedInfo]) -> ComputedBuffer:
+        loops = Pointwise(
+            ranges=list(node.get_size()), inner_fn=node.make_loader(), dtype=node.get_dtype(),
+            device=node.get_device(), origins=lazy_origins(node),
+        )
+        return self.register_buffer(ComputedBuffer(self.new_name(), self._layout_for(node, hint), loops))
+
+    def try_reinterpret(self, view: GenericView) -> Optional[ReinterpretView]:
+        """``view`` as a strided view of realized memory, realizing its base if needed."""
+        data = view.data
+        if isinstance(data, GenericView):
+            inner = self.try_reinterpret(data)
+            if inner is None:
+                return None
+            view = GenericView(inner, view.size, view.reindex, view.view_info)
+        elif isinstance(data, StorageBox) and not data.is_realized():
+            self.realize(data)
+        layout = as_strided_view(view)
+        if layout is None:
+            return None
+        return ReinterpretView(underlying_buffer(view.data), layout)
+
+    def realize_input(self, x: IRNode) -> IRNode:
+        """``x`` in memory (a Buffer or ReinterpretView), for an extern call."""
+        if isinstance(x, StorageBox):
+            return self.realize(x)
+        if isinstance(x, (Buffer, ReinterpretView)):
+            return x
+        if isinstance(x, GenericView):
+            view = self.try_reinterpret(x)
+            if view is not None:
+                return view
+            return self._copy(x, x.view_info[1] if x.view_info else None)
+        raise TypeError(f"cannot realize {type(x).__name__}")
+
+    def realize_output(self, x: IRNode, val: Any) -> IRNode:
+        """``x`` in memory with the strides of ``val`` (the output's ``meta['val']``) where possible."""
+        if isinstance(x, StorageBox):
+            if not x.is_realized():
+                x.meta_val = val
+            return self.realize(x)
+        if isinstance(x, GenericView):
+            return self.try_reinterpret(x) or self._copy(x, _hint(val))
+        return x
+
+    # ------------------------------------------------------------------ externs
+
+    def make_extern(self, target, args, kwargs, reason: str = "no lowering") -> Any:
+        """An `ExternKernel` calling ``target`` on realized inputs."""
+        node = self.current_node
+        args, kwargs = pytree.tree_map(
+            lambda a: self.realize_input(a) if isinstance(a, IRNode) else a, (list(args), dict(kwargs))
+        )
+        val = node.meta.get("val")
+        origins = {node.name: op_short_name(target)}
+        self.extern_ops.append(str(target))
+        log_artifact("fallbacks", f"extern {target} for {node.name} ({reason})")
+        if isinstance(val, torch.Tensor):
+            buffer = ExternKernel(self.new_name(), _layout_of(val), target, args, kwargs, origins,
+                                  val.storage_offset())
+            self.register_buffer(buffer)
+            self._add_symbol_sources(buffer.name, val)
+            return buffer
+        parent = self.register_buffer(ExternKernel(self.new_name(), None, target, args, kwargs, origins))
+        if val is None:
+            return None
+        if not isinstance(val, (list, tuple)):
+            raise NotImplementedError(f"extern {target} returns {type(val).__name__}")
+        outputs = []
+        for i, v in enumerate(val):
+            if v is None or isinstance(v, (bool, int, float)):
+                outputs.append(v)  # a scalar output the fake run already knows (e.g. flash attention's max_q)
+                continue
+            if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                expr = sympy.sympify(v.node.expr)
+                if not self._known(expr):
+                    raise NotImplementedError(f"extern {target} output {i} is the data-dependent scalar {expr}")
+                outputs.append(expr)
+                continue
+            if not isinstance(v, torch.Tensor):
+                raise NotImplementedError(f"extern {target} output {i} is a {type(v).__name__}")
+            out = self.register_buffer(MultiOutput(self.new_name(), _layout_of(v), parent, i, v.storage_offset()))
+            self._add_symbol_sources(out.name, v)
+            outputs.append(out)
+        return outputs
+
+    def extern_counts(self) -> collections.Counter:
+        return collections.Counter(self.extern_ops)
+
+
+def _hint(val: Any) -> Optional[StridedInfo]:
+    return StridedInfo.of(val) if isinstance(val, torch.Tensor) else None
+
+
+def _layout_of(val: torch.Tensor) -> Layout:
+    return Layout(val.device, val.dtype, [as_expr(s) for s in val.size()], [as_expr(s) for s in val.stride()])

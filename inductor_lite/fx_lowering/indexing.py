@@ -1,0 +1,257 @@
+"""Sympy index arithmetic shared by lowering, scheduling and codegen.
+
+Index expressions are integer sympy expressions over loop variables (symbols made by
+`index_var`, always non-negative) and size symbols (from torch's ShapeEnv, always
+positive). Integer division and modulo are torch's `FloorDiv` and
+`ModularIndexing(x, d, m) == (x // d) % m`, the same functions TorchInductor uses, so
+sizes coming from torch's symbolic shapes mix with ours.
+
+`simplify_index` canonicalises an expression given the ranges of its loop variables.
+The scheduler compares canonical forms to decide whether two nodes touch the same
+element, so two equal expressions must simplify to the same form in the common cases
+(row-major flatten / unflatten of contiguous dimensions). The rewrite rules follow
+TorchInductor's `SizeVarAllocator.simplify_with_ranges` and `join_dimensions`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Mapping, Optional, Sequence
+
+import sympy
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+Expr = sympy.Expr
+
+
+def index_var(name: str) -> sympy.Symbol:
+    """A loop variable: an integer symbol known to be >= 0."""
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def as_expr(value) -> Expr:
+    """Turn an int, a sympy expression or a torch SymInt into a sympy expression.
+
+    Raises:
+        TypeError: any other type (e.g. a float or a tensor).
+    """
+    if isinstance(value, sympy.Expr):
+        return value
+    if isinstance(value, bool):
+        raise TypeError(f"expected an integer size, got bool {value!r}")
+    if isinstance(value, int):
+        return sympy.Integer(value)
+    node = getattr(value, "node", None)
+    if node is not None and hasattr(node, "expr"):
+        return sympy.sympify(node.expr)
+    raise TypeError(f"expected an integer size (int, SymInt or sympy.Expr), got {type(value).__name__}")
+
+
+def product(values: Sequence) -> Expr:
+    result: Expr = sympy.Integer(1)
+    for v in values:
+        result = result * as_expr(v)
+    return result
+
+
+def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
+    """Row-major strides of ``size``: the last dimension has stride 1."""
+    strides: list[Expr] = []
+    running: Expr = sympy.Integer(1)
+    for s in reversed(size):
+        strides.append(running)
+        running = running * s
+    return list(reversed(strides))
+
+
+def known_leq(a: Expr, b: Expr) -> bool:
+    """True when ``a <= b`` is provable (size symbols are positive integers)."""
+    diff = sympy.expand(as_expr(b) - as_expr(a))
+    if diff.is_number:
+        return bool(diff >= 0)
+    return bool(diff.is_nonnegative)
+
+
+def known_equal(a, b) -> bool:
+    """True when ``a == b`` is provable symbolically."""
+    return sympy.expand(as_expr(a) - as_expr(b)) == 0
+
+
+def flat_to_vars(flat: sympy.Symbol, ranges: Sequence[Expr]) -> list[Expr]:
+    """Express each row-major loop variable over ``ranges`` in terms of the flat index.
+
+    ``ranges=[A, B, C]`` gives ``[flat // (B*C), (flat // C) % B, flat % C]``.
+    """
+    out: list[Expr] = []
+    strides = contiguous_strides(ranges)
+    for i, (size, stride) in enumerate(zip(ranges, strides)):
+        if size == 1:
+            out.append(sympy.Integer(0))
+        elif i == 0:
+            out.append(FloorDiv(flat, stride))
+        else:
+            out.append(ModularIndexing(flat, stride, size))
+    return out
+
+
+def vars_to_flat(index: Sequence[Expr], ranges: Sequence[Expr]) -> Expr:
+    """The row-major flat position of ``index`` within ``ranges``."""
+    return sympy.Add(*[i * s for i, s in zip(index, contiguous_strides(ranges))])
+
+
+def max_value(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Optional[Expr]:
+    """The largest value of ``expr`` over ``var -> [0, range)``, when provably reached by
+    a sum/product of non-negative parts; None otherwise (e.g. a negative term).
+
+    Size symbols (positive) count as their own maximum, so the result may be symbolic.
+    """
+    if expr.is_number:
+        return expr if expr >= 0 else None
+    if isinstance(expr, sympy.Symbol):
+        if expr in var_ranges:
+            return var_ranges[expr] - 1
+        return expr if expr.is_nonnegative else None
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        parts = [max_value(a, var_ranges) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        return sympy.Add(*parts) if isinstance(expr, sympy.Add) else sympy.Mul(*parts)
+    if isinstance(expr, FloorDiv):
+        top = max_value(expr.args[0], var_ranges)
+        return None if top is None or not known_leq(1, expr.args[1]) else FloorDiv(top, expr.args[1])
+    if isinstance(expr, ModularIndexing):
+        mod = expr.args[2]
+        return mod - 1 if known_leq(1, mod) and max_value(expr.args[0], var_ranges) is not None else None
+    return None
+
+
+def abs_bound(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Optional[Expr]:
+    """An upper bound of ``|e|`` for ``expr`` and every subexpression ``e`` of it, or None.
+
+    Used to decide whether index arithmetic fits int32 (masked-off lanes may compute
+    negative offsets, so the magnitude matters, not just the maximum).
+    """
+    if expr.is_number:
+        return abs(expr)
+    if isinstance(expr, sympy.Symbol):
+        if expr in var_ranges:
+            return var_ranges[expr] - 1
+        return expr if expr.is_nonnegative else None
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        parts = [abs_bound(a, var_ranges) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        return sympy.Add(*parts) if isinstance(expr, sympy.Add) else sympy.Mul(*parts)
+    if isinstance(expr, FloorDiv):
+        return abs_bound(expr.args[0], var_ranges) if known_leq(1, expr.args[1]) else None
+    if isinstance(expr, ModularIndexing):
+        base = abs_bound(expr.args[0], var_ranges)
+        return expr.args[2] if base is not None and known_leq(1, expr.args[2]) else None
+    return None
+
+
+def upper_bound(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Optional[Expr]:
+    """A proven exclusive upper bound of a non-negative ``expr`` (see `max_value`), or None."""
+    top = max_value(sympy.expand(as_expr(expr)), var_ranges)
+    return None if top is None else top + 1
+
+
+def _divides(term: Expr, divisor: Expr) -> bool:
+    quotient = sympy.cancel(term / divisor)
+    return sympy.fraction(quotient)[1] == 1 and quotient.is_integer is not False
+
+
+def _scaled_core(term: Expr) -> Optional[tuple[Expr, Expr]]:
+    """Split ``term`` into (scale, core) when it is scale * FloorDiv/ModularIndexing(...)."""
+    cores = [f for f in sympy.Mul.make_args(term) if isinstance(f, (FloorDiv, ModularIndexing))]
+    if len(cores) != 1:
+        return None
+    return sympy.cancel(term / cores[0]), cores[0]
+
+
+def _join_once(expr: Expr) -> Optional[Expr]:
+    terms = sympy.Add.make_args(expr)
+    split = [(t, _scaled_core(t)) for t in terms]
+    for t1, s1 in split:
+        if s1 is None or not isinstance(s1[1], ModularIndexing):
+            continue
+        scale, (base, div, mod) = s1[0], s1[1].args
+        for t2, s2 in split:
+            if s2 is None or t2 is t1 or not known_equal(s2[0], scale * mod):
+                continue
+            core = s2[1]
+            if isinstance(core, ModularIndexing) and core.args[0] == base and known_equal(core.args[1], div * mod):
+                return expr - t1 - t2 + scale * ModularIndexing(base, div, mod * core.args[2])
+            if isinstance(core, FloorDiv) and core.args[0] == base and known_equal(core.args[1], div * mod):
+                return expr - t1 - t2 + scale * FloorDiv(base, div)
+    return None
+
+
+def join_dimensions(expr: Expr) -> Expr:
+    """Merge split row-major dimensions back together.
+
+    ``ModularIndexing(x, 1, 32) + 32*ModularIndexing(x, 32, 4)`` becomes
+    ``ModularIndexing(x, 1, 128)``; ``ModularIndexing(x, 1, 32) + 32*FloorDiv(x, 32)``
+    becomes ``x``. (Rules from TorchInductor's ``join_dimensions``.)
+    """
+    while isinstance(expr, sympy.Add) and expr.has(ModularIndexing):
+        joined = _join_once(expr)
+        if joined is None:
+            break
+        expr = sympy.expand(joined)
+    return expr
+
+
+def _simplify_divmod(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
+    def visit_floordiv(base, div):
+        base = _simplify_divmod(sympy.expand(base), var_ranges)
+        kept, pulled = [], []
+        for term in sympy.Add.make_args(base):
+            (pulled if _divides(term, div) else kept).append(term)
+        rest = sympy.Add(*kept)
+        out = sympy.Add(*[sympy.cancel(t / div) for t in pulled])
+        bound = upper_bound(rest, var_ranges)
+        if rest == 0 or (bound is not None and known_leq(bound, div)):
+            return out
+        return out + FloorDiv(rest, div)
+
+    def visit_modindex(base, div, mod):
+        base = _simplify_divmod(sympy.expand(base), var_ranges)
+        kept = [t for t in sympy.Add.make_args(base) if not _divides(t, div * mod)]
+        rest = sympy.Add(*kept)
+        if rest == 0 or mod == 1:
+            return sympy.Integer(0)
+        bound = upper_bound(rest, var_ranges)
+        if bound is not None and known_leq(bound, div * mod):
+            return visit_floordiv(rest, div)
+        return ModularIndexing(rest, div, mod)
+
+    if not expr.has(FloorDiv, ModularIndexing):
+        return expr
+    return expr.replace(
+        lambda e: isinstance(e, (FloorDiv, ModularIndexing)),
+        lambda e: visit_floordiv(*e.args) if isinstance(e, FloorDiv) else visit_modindex(*e.args),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _simplify_cached(expr: Expr, ranges_key: tuple) -> Expr:
+    var_ranges = dict(ranges_key)
+    expr = sympy.expand(expr)
+    for _ in range(4):
+        new = join_dimensions(sympy.expand(_simplify_divmod(expr, var_ranges)))
+        if new == expr:
+            break
+        expr = new
+    return expr
+
+
+def simplify_index(expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
+    """Canonical form of an index expression given ``var -> range`` (var in [0, range)).
+
+    Pulls multiples of the divisor out of FloorDiv/ModularIndexing, drops divisions
+    that the ranges make trivial, and joins split dimensions.
+    """
+    expr = as_expr(expr)
+    key = tuple(sorted(((k, as_expr(v)) for k, v in var_ranges.items()), key=lambda kv: kv[0].name))
+    return _simplify_cached(expr, key)

@@ -1,0 +1,466 @@
+"""Loop-level IR: what the FX lowering produces and the scheduler consumes.
+
+As in TorchInductor, a computed tensor is a `Pointwise` node: ``ranges`` (its size,
+sympy expressions) and an ``inner_fn(index)`` that computes one element through the
+``ops`` vocabulary (`inductor_lite.fx_lowering.ops`). Until something needs it in
+memory a Pointwise stays *lazy* inside a `StorageBox`, and consumers inline its
+``inner_fn`` into their own. `StorageBox.realize` turns it into a `ComputedBuffer`
+with a `Layout`; consumers then ``ops.load`` from that buffer.
+
+Views never copy: `ReinterpretView` is a new strided `Layout` over a realized buffer's
+memory, `GenericView` is an index remapping (``reindex``) over any node.
+
+Everything reduction-like, matmul, convolution, attention and every op without a
+lowering is an `ExternKernel` (an aten call on realized buffers, outputs laid out as
+the op's fake-tensor result says). `Reduction` is declared for the IR's shape but no
+lowering creates one yet.
+
+Index and size arithmetic is sympy throughout, so symbolic shapes work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+from .indexing import Expr, as_expr, contiguous_strides, index_var, product
+from .ops import OpsHandler, ops, set_ops_handler
+
+InnerFn = Callable[[Sequence[Expr]], Any]
+
+
+@dataclasses.dataclass
+class Layout:
+    """Where a tensor's elements live: element ``i`` is at ``offset + sum(i[d]*stride[d])``.
+
+    Sizes, strides and the offset are sympy expressions in elements; the offset is
+    relative to the data pointer of the buffer the layout belongs to.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    size: list[Expr]
+    stride: list[Expr]
+    offset: Expr = sympy.Integer(0)
+
+    def __post_init__(self):
+        self.size = [as_expr(s) for s in self.size]
+        self.stride = [as_expr(s) for s in self.stride]
+        self.offset = as_expr(self.offset)
+        if len(self.size) != len(self.stride):
+            raise ValueError(f"layout has {len(self.size)} sizes but {len(self.stride)} strides")
+
+    @classmethod
+    def contiguous(cls, device: torch.device, dtype: torch.dtype, size: Sequence) -> "Layout":
+        size = [as_expr(s) for s in size]
+        return cls(device, dtype, size, contiguous_strides(size))
+
+    def index(self, index: Sequence[Expr]) -> Expr:
+        """The memory offset (in elements) of the element at ``index``."""
+        if len(index) != len(self.size):
+            raise ValueError(f"index of rank {len(index)} into a layout of rank {len(self.size)}")
+        return self.offset + sympy.Add(*[i * s for i, s, n in zip(index, self.stride, self.size) if n != 1])
+
+    def numel(self) -> Expr:
+        return product(self.size)
+
+    def __str__(self) -> str:
+        dtype = str(self.dtype).replace("torch.", "")
+        return f"{self.device.type}:{dtype}[size={list(self.size)}, stride={list(self.stride)}, offset={self.offset}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class StridedInfo:
+    """Size, stride and storage offset of an FX node's value (from ``meta['val']``)."""
+
+    size: tuple
+    stride: tuple
+    storage_offset: Expr
+
+    @classmethod
+    def of(cls, val: torch.Tensor) -> "StridedInfo":
+        return cls(
+            tuple(as_expr(s) for s in val.size()),
+            tuple(as_expr(s) for s in val.stride()),
+            as_expr(val.storage_offset()),
+        )
+
+    def matches(self, layout: Layout) -> bool:
+        return list(self.size) == list(layout.size) and list(self.stride) == list(layout.stride)
+
+
+class IRNode:
+    """A tensor-valued IR node: a size, a dtype, a device and a way to load elements.
+
+    ``origins`` maps the FX node names this value was computed from to their op
+    names, in graph order; codegen names kernels after them.
+    """
+
+    origins: dict[str, str]
+
+    def get_size(self) -> list[Expr]:
+        raise NotImplementedError
+
+    def get_dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def get_device(self) -> torch.device:
+        raise NotImplementedError
+
+    def make_loader(self) -> InnerFn:
+        """A function ``index -> value`` (through ``ops``) giving element ``index``."""
+        raise NotImplementedError
+
+    def get_numel(self) -> Expr:
+        return product(self.get_size())
+
+
+@dataclasses.dataclass
+class Loops(IRNode):
+    """Common base of `Pointwise` and `Reduction`: a loop nest over ``ranges``."""
+
+    ranges: list[Expr]
+    inner_fn: InnerFn
+    dtype: torch.dtype
+    device: torch.device
+    origins: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def get_size(self) -> list[Expr]:
+        return self.ranges
+
+    def get_dtype(self) -> torch.dtype:
+        return self.dtype
+
+    def get_device(self) -> torch.device:
+        return self.device
+
+    def make_loader(self) -> InnerFn:
+        return self.inner_fn
+
+    def index_vars(self, prefix: str = "i") -> list[sympy.Symbol]:
+        return [index_var(f"{prefix}{d}") for d in range(len(self.ranges))]
+
+
+@dataclasses.dataclass
+class Pointwise(Loops):
+    """One output element per point of ``ranges``: ``out[index] = inner_fn(index)``."""
+
+
+@dataclasses.dataclass
+class Reduction(Loops):
+    """Reduces ``inner_fn(index, rindex)`` over ``reduction_ranges`` with ``reduction_type``.
+
+    Declared for completeness of the IR; reductions are extern calls for now, so no
+    lowering creates this node and codegen rejects it.
+    """
+
+    reduction_ranges: list[Expr] = dataclasses.field(default_factory=list)
+    reduction_type: str = "sum"
+
+
+class Buffer(IRNode):
+    """A tensor in memory, named ``name`` in the generated wrapper, laid out by ``layout``."""
+
+    def __init__(self, name: str, layout: Optional[Layout], origins: Optional[dict[str, str]] = None):
+        self.name = name
+        self.layout = layout
+        self.origins = dict(origins or {})
+
+    def get_size(self) -> list[Expr]:
+        return self.layout.size
+
+    def get_dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    def get_device(self) -> torch.device:
+        return self.layout.device
+
+    def make_loader(self) -> InnerFn:
+        name, layout = self.name, self.layout
+        return lambda index: ops.load(name, layout.index(index))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name}, {self.layout})"
+
+
+class InputBuffer(Buffer):
+    """A graph input (placeholder) or, with ``is_constant``, a tensor attribute of the graph module.
+
+    ``storage_offset`` is the input's offset into its storage per ``meta['val']``; the
+    layout's own offset is 0 (relative to the tensor's data pointer).
+    """
+
+    def __init__(self, name: str, layout: Layout, storage_offset: Expr = sympy.Integer(0), is_constant: bool = False):
+        super().__init__(name, layout)
+        self.storage_offset = as_expr(storage_offset)
+        self.is_constant = is_constant
+
+
+class ComputedBuffer(Buffer):
+    """A realized `Pointwise`: its elements are computed by a generated kernel."""
+
+    def __init__(self, name: str, layout: Layout, data: Loops):
+        super().__init__(name, layout, data.origins)
+        self.data = data
+
+    def store_index(self, index: Sequence[Expr]) -> Expr:
+        return self.layout.index(index)
+
+
+class ExternKernel(Buffer):
+    """A call of an aten op on realized inputs.
+
+    ``args``/``kwargs`` are pytrees whose leaves are realized IR nodes (`Buffer` or
+    `ReinterpretView`), sympy expressions (symbolic ints) or plain Python values.
+    ``layout`` is the output's layout for a single-tensor result; for a tuple/list
+    result it is None and each tensor element is a `MultiOutput`.
+    ``storage_offset`` is the output's storage offset per ``meta['val']``.
+    """
+
+    def __init__(self, name: str, layout: Optional[Layout], op: Any, args: Sequence, kwargs: dict,
+                 origins: dict[str, str], storage_offset: Expr = sympy.Integer(0)):
+        super().__init__(name, layout, origins)
+        self.op = op
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+        self.storage_offset = as_expr(storage_offset)
+
+    @property
+    def op_name(self) -> str:
+        return str(self.op)
+
+    def inputs(self) -> list[IRNode]:
+        """The IR nodes among the arguments, in argument order."""
+        leaves = pytree.tree_leaves((self.args, self.kwargs))
+        return [x for x in leaves if isinstance(x, IRNode)]
+
+    def __repr__(self) -> str:
+        return f"ExternKernel({self.name} = {self.op_name}, {self.layout})"
+
+
+class MultiOutput(Buffer):
+    """Element ``index`` of a multi-output `ExternKernel`'s result."""
+
+    def __init__(self, name: str, layout: Layout, parent: ExternKernel, index: int,
+                 storage_offset: Expr = sympy.Integer(0)):
+        super().__init__(name, layout, parent.origins)
+        self.parent = parent
+        self.index = index
+        self.storage_offset = as_expr(storage_offset)
+
+
+class ReinterpretView(IRNode):
+    """A strided view of a realized buffer's memory (no copy).
+
+    ``layout.offset`` is relative to ``data``'s data pointer.
+    """
+
+    def __init__(self, data: Buffer, layout: Layout):
+        if not isinstance(data, Buffer):
+            raise TypeError(f"ReinterpretView needs a realized Buffer, got {type(data).__name__}")
+        self.data = data
+        self.layout = layout
+        self.origins = data.origins
+
+    def get_size(self) -> list[Expr]:
+        return self.layout.size
+
+    def get_dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    def get_device(self) -> torch.device:
+        return self.layout.device
+
+    def make_loader(self) -> InnerFn:
+        name, layout = self.data.name, self.layout
+        return lambda index: ops.load(name, layout.index(index))
+
+    def __repr__(self) -> str:
+        return f"ReinterpretView({self.data.name}, {self.layout})"
+
+
+class GenericView(IRNode):
+    """An index remapping of ``data``: ``self[index] == data[reindex(index)]``.
+
+    ``view_info`` is ``(input, output)`` `StridedInfo` from the FX node's metadata; when
+    ``data`` is realized with the input's strides, the view is also expressible as a
+    `ReinterpretView` with the output's strides (see `as_strided_view`).
+    """
+
+    def __init__(self, data: IRNode, size: Sequence[Expr], reindex: Callable[[list[Expr]], list[Expr]],
+                 view_info: Optional[tuple[StridedInfo, StridedInfo]] = None):
+        self.data = data
+        self.size = [as_expr(s) for s in size]
+        self.reindex = reindex
+        self.view_info = view_info
+        self.origins = data.origins
+
+    def get_size(self) -> list[Expr]:
+        return self.size
+
+    def get_dtype(self) -> torch.dtype:
+        return self.data.get_dtype()
+
+    def get_device(self) -> torch.device:
+        return self.data.get_device()
+
+    def make_loader(self) -> InnerFn:
+        inner, reindex = self.data.make_loader(), self.reindex
+        return lambda index: inner(reindex(list(index)))
+
+    def __repr__(self) -> str:
+        return f"GenericView(size={self.size}, data={self.data!r})"
+
+
+class StorageBox(IRNode):
+    """Holds a computed value that is either lazy (`Pointwise`) or realized (`Buffer`).
+
+    Views and consumers refer to the box, so realizing it later (for a second user,
+    an extern or a graph output) redirects all of them to the buffer.
+    """
+
+    def __init__(self, data: IRNode):
+        self.data = data
+
+    @property
+    def origins(self) -> dict[str, str]:
+        return self.data.origins
+
+    def is_realized(self) -> bool:
+        return isinstance(self.data, Buffer)
+
+    def get_size(self) -> list[Expr]:
+        return self.data.get_size()
+
+    def get_dtype(self) -> torch.dtype:
+        return self.data.get_dtype()
+
+    def get_device(self) -> torch.device:
+        return self.data.get_device()
+
+    def make_loader(self) -> InnerFn:
+        return self.data.make_loader()
+
+    def __repr__(self) -> str:
+        return f"StorageBox({self.data!r})"
+
+
+def unwrap(node: IRNode) -> IRNode:
+    """Strip `StorageBox` wrappers."""
+    while isinstance(node, StorageBox):
+        node = node.data
+    return node
+
+
+def realized_layout(node: IRNode) -> Optional[Layout]:
+    """The layout of a realized node, or None when it is lazy or a generic view."""
+    node = unwrap(node)
+    if isinstance(node, (Buffer, ReinterpretView)):
+        return node.layout
+    return None
+
+
+def underlying_buffer(node: IRNode) -> Buffer:
+    """The buffer whose memory a realized node reads.
+
+    Raises:
+        TypeError: ``node`` is not realized.
+    """
+    node = unwrap(node)
+    if isinstance(node, ReinterpretView):
+        return node.data
+    if isinstance(node, Buffer):
+        return node
+    raise TypeError(f"{type(node).__name__} is not realized")
+
+
+def as_strided_view(view: GenericView) -> Optional[Layout]:
+    """The strided layout equivalent to ``view`` over its realized data, or None.
+
+    Possible when ``data`` is realized with exactly the strides the FX metadata gave
+    the view's input: then the view's own metadata strides describe it.
+    """
+    if view.view_info is None:
+        return None
+    in_info, out_info = view.view_info
+    layout = realized_layout(view.data)
+    if layout is None or not in_info.matches(layout):
+        return None
+    offset = layout.offset + out_info.storage_offset - in_info.storage_offset
+    return Layout(layout.device, layout.dtype, list(out_info.size), list(out_info.stride), offset)
+
+
+class TextHandler(OpsHandler):
+    """Ops handler that renders an ``inner_fn`` as readable text (IR dumps, tests)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self._ids = itertools.count()
+
+    def _emit(self, text: str) -> str:
+        name = f"t{next(self._ids)}"
+        self.lines.append(f"{name} = {text}")
+        return name
+
+    def masked(self, mask, body, other):
+        inner = TextHandler()
+        inner._ids = self._ids
+        with set_ops_handler(inner):
+            result = body()
+        self.lines.extend(f"    {line}" for line in inner.lines)
+        return self._emit(f"masked({mask}, {result}, {other!r})")
+
+    def default(self, name: str, *args):
+        def fmt(a):
+            if isinstance(a, torch.dtype):
+                return str(a).replace("torch.", "")
+            return str(a)
+
+        return self._emit(f"{name}({', '.join(fmt(a) for a in args)})")
+
+
+def format_inner_fn(loops: Loops) -> str:
+    """The body of ``loops.inner_fn`` as text, one op per line, over index ``i0, i1, ...``."""
+    handler = TextHandler()
+    with set_ops_handler(handler):
+        result = loops.inner_fn(loops.index_vars())
+    handler.lines.append(f"return {result}")
+    return "\n".join(handler.lines)
+
+
+def format_node(node: Buffer) -> str:
+    """A multi-line description of a realized node for the ``ir_*.txt`` debug dumps."""
+    head = f"{node.name}: {type(node).__name__} {node.layout if node.layout else '(multi-output)'}"
+    if node.origins:
+        head += f"\n  origins: {', '.join(node.origins)}"
+    if isinstance(node, ComputedBuffer):
+        body = format_inner_fn(node.data)
+        return head + f"\n  ranges: {node.data.ranges}\n" + "\n".join("    " + line for line in body.splitlines())
+    if isinstance(node, ExternKernel):
+        return head + f"\n  {node.op_name}({', '.join(_fmt_arg(a) for a in node.args)}" + \
+            "".join(f", {k}={_fmt_arg(v)}" for k, v in node.kwargs.items()) + ")"
+    if isinstance(node, MultiOutput):
+        return head + f"\n  {node.parent.name}[{node.index}]"
+    return head
+
+
+def _fmt_arg(arg: Any) -> str:
+    if isinstance(arg, Buffer):
+        return arg.name
+    if isinstance(arg, ReinterpretView):
+        return f"reinterpret({arg.data.name}, {arg.layout})"
+    if isinstance(arg, (list, tuple)):
+        return "[" + ", ".join(_fmt_arg(a) for a in arg) + "]"
+    return repr(arg)
+
+
+def iter_ir_leaves(tree: Any) -> Iterator[IRNode]:
+    """The IR nodes among the leaves of a pytree."""
+    for leaf in pytree.tree_leaves(tree):
+        if isinstance(leaf, IRNode):
+            yield leaf

@@ -1,0 +1,199 @@
+"""Fusion of Pointwise nodes into kernel groups.
+
+A `KernelGroup` is the set of Pointwise scheduler nodes one generated kernel computes:
+all share the flat iteration domain ``[0, numel)``; each node maps the flat index to
+its own loop variables (row-major over its ranges).
+
+Two groups may fuse when (`fusion_blocker` returns None):
+
+- both have the same ``numel`` (provably, for symbolic sizes);
+- every read one makes of a buffer the other writes is at the flat index of that
+  write (so the value is in a register of the same program, no other program's
+  store is needed);
+- fusing creates no cycle: no path from one to the other through a third group or
+  extern in the dependency graph.
+
+Candidates are producer/consumer pairs and siblings reading a buffer at the same
+flat index; the score is the memory traffic saved (`fusion_score`). `fuse_groups`
+fuses greedily, best score first, until nothing changes (TorchInductor's scheme).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Iterable, Optional
+
+import networkx as nx
+import sympy
+
+from ..fx_lowering.indexing import Expr, known_equal
+
+MAX_SIBLING_READERS = 32
+"""Buffers read by more groups than this are not used to pair siblings (quadratic)."""
+
+
+class KernelGroup:
+    """Scheduler nodes fused into one kernel, in execution order.
+
+    Attributes:
+        nodes: the Pointwise `SchedulerNode`s.
+        numel: their common flat domain size (sympy).
+        order: the smallest original position (for a stable schedule).
+    """
+
+    def __init__(self, nodes: list):
+        self.nodes = sorted(nodes, key=lambda n: n.order)
+        self.numel: Expr = self.nodes[0].numel
+        self.order = self.nodes[0].order
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def writes(self) -> set[str]:
+        return {n.name for n in self.nodes}
+
+    def reads(self) -> set[str]:
+        """Names of buffers read from memory (not written inside the group)."""
+        written = self.writes()
+        return {d.name for n in self.nodes for d in n.read_writes.reads} - written
+
+    def flat_reads(self, name: str) -> set[Expr]:
+        return {d.flat_index() for n in self.nodes for d in n.read_writes.reads if d.name == name}
+
+    def flat_write(self, name: str) -> Optional[Expr]:
+        for n in self.nodes:
+            if n.name == name:
+                return n.read_writes.writes[0].flat_index()
+        return None
+
+    def origins(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for n in self.nodes:
+            out.update(n.node.origins)
+        return out
+
+    def __repr__(self) -> str:
+        return f"KernelGroup({', '.join(self.names)})"
+
+
+def _itemsize(node) -> int:
+    return node.node.layout.dtype.itemsize
+
+
+def _lines_up(producer: KernelGroup, consumer: KernelGroup) -> bool:
+    for name in producer.writes() & consumer.reads():
+        write = producer.flat_write(name)
+        if any(read != write for read in consumer.flat_reads(name)):
+            return False
+    return True
+
+
+def _creates_cycle(graph: nx.DiGraph, a, b) -> bool:
+    """True when fusing ``a`` and ``b`` would close a cycle through another node."""
+    for src, dst in ((a, b), (b, a)):
+        for succ in graph.successors(src):
+            if succ is not dst and nx.has_path(graph, succ, dst):
+                return True
+    return False
+
+
+def fusion_blocker(graph: nx.DiGraph, a: KernelGroup, b: KernelGroup) -> Optional[str]:
+    """Why one kernel cannot compute both groups, or None when it can (see the module docstring)."""
+    if not known_equal(a.numel, b.numel):
+        return f"domains differ ({a.numel} vs {b.numel})"
+    if not (_lines_up(a, b) and _lines_up(b, a)):
+        return "a read does not line up with the write it depends on"
+    if _creates_cycle(graph, a, b):
+        return "fusing would create a cycle through another node"
+    return None
+
+
+def fusion_score(a: KernelGroup, b: KernelGroup, sizes: Callable[[str], Expr]) -> int:
+    """Bytes of memory traffic saved by fusing (a static estimate; 0: no benefit).
+
+    A buffer one group writes and the other reads saves its read (and its write if
+    nobody else needs it, which is not known here); a buffer both read at the same
+    flat index saves one read. ``sizes(name)`` gives a buffer's element count.
+    """
+    total = 0
+    by_name = {n.name: n for n in itertools.chain(a.nodes, b.nodes)}
+    for producer, consumer in ((a, b), (b, a)):
+        for name in producer.writes() & consumer.reads():
+            total += 2 * _static(sizes(name)) * _itemsize(by_name[name])
+    for name in a.reads() & b.reads():
+        if a.flat_reads(name) & b.flat_reads(name):
+            total += _static(sizes(name))
+    return total
+
+
+def _static(n: Expr) -> int:
+    """A number for scoring: symbolic sizes count as large."""
+    n = sympy.sympify(n)
+    return int(n) if n.is_number else 1 << 20
+
+
+def _candidate_pairs(graph: nx.DiGraph, groups: list[KernelGroup]) -> Iterable[tuple[KernelGroup, KernelGroup]]:
+    kernel_groups = set(groups)
+    seen = set()
+    for a in groups:
+        for b in graph.successors(a):
+            if b in kernel_groups and (a, b) not in seen:
+                seen.add((a, b))
+                yield a, b
+    readers: dict[str, list[KernelGroup]] = {}
+    for g in groups:
+        for name in g.reads():
+            readers.setdefault(name, []).append(g)
+    for name, users in readers.items():
+        if len(users) > MAX_SIBLING_READERS:
+            continue
+        for a, b in itertools.combinations(users, 2):
+            key = (a, b) if a.order < b.order else (b, a)
+            if key not in seen and (b, a) not in seen:
+                seen.add(key)
+                yield key
+
+
+def _merge(graph: nx.DiGraph, a: KernelGroup, b: KernelGroup) -> KernelGroup:
+    fused = KernelGroup(a.nodes + b.nodes)
+    preds = (set(graph.predecessors(a)) | set(graph.predecessors(b))) - {a, b}
+    succs = (set(graph.successors(a)) | set(graph.successors(b))) - {a, b}
+    graph.remove_nodes_from([a, b])
+    graph.add_node(fused)
+    graph.add_edges_from((p, fused) for p in preds)
+    graph.add_edges_from((fused, s) for s in succs)
+    return fused
+
+
+def fuse_groups(graph: nx.DiGraph, sizes: Callable[[str], Expr], log: Callable[[str], None],
+                max_rounds: int = 10) -> None:
+    """Greedily fuse the `KernelGroup` nodes of ``graph`` in place.
+
+    ``graph`` is the dependency DAG over kernel groups and extern nodes (an edge
+    ``u -> v``: ``v`` reads a buffer ``u`` writes). Each accepted or rejected
+    candidate is reported through ``log``.
+    """
+    for _ in range(max_rounds):
+        groups = sorted((n for n in graph.nodes if isinstance(n, KernelGroup)), key=lambda g: g.order)
+        scored = []
+        for a, b in _candidate_pairs(graph, groups):
+            score = fusion_score(a, b, sizes)
+            if score > 0:
+                scored.append((score, a, b))
+        scored.sort(key=lambda t: (-t[0], t[1].order, t[2].order))
+        touched: set[KernelGroup] = set()
+        fused_any = False
+        for score, a, b in scored:
+            if a in touched or b in touched:
+                continue
+            blocker = fusion_blocker(graph, a, b)
+            if blocker is not None:
+                log(f"not fused: {a.names} + {b.names} (score {score}): {blocker}")
+                continue
+            fused = _merge(graph, a, b)
+            touched.update((a, b, fused))
+            fused_any = True
+            log(f"fused {a.names} + {b.names} (saves ~{score} bytes)")
+        if not fused_any:
+            return

@@ -1,0 +1,213 @@
+"""The scheduler: realized IR buffers -> an ordered list of kernel groups and extern calls.
+
+Steps:
+
+1. one scheduler node per realized buffer: `SchedulerNode` for a Pointwise
+   `ComputedBuffer` (reads/writes as `MemoryDep`s), `ExternSchedulerNode` for an
+   `ExternKernel` or `MultiOutput` (whole-buffer `StarDep` reads);
+2. dead nodes (pure, unread, not outputs) are dropped;
+3. a networkx DAG (edge ``u -> v``: ``v`` reads what ``u`` writes) over kernel groups
+   and externs; `fusion.fuse_groups` fuses groups;
+4. the schedule is a topological order that keeps the graph's order where free;
+5. buffers written and read only inside one kernel are *removed* (never stored,
+   never allocated); every other buffer is freed after its last reader.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import networkx as nx
+
+from ..fx_lowering.indexing import Expr
+from ..fx_lowering.ir import (
+    Buffer, ComputedBuffer, ExternKernel, MultiOutput, format_node, iter_ir_leaves, underlying_buffer,
+)
+from ..logs import log_artifact
+from .dependencies import ReadWrites, StarDep, extract_read_writes
+from .fusion import KernelGroup, fuse_groups
+
+
+class SchedulerNode:
+    """A Pointwise `ComputedBuffer` with its dependencies.
+
+    ``order`` is its position in the lowered graph; ``numel`` its domain size.
+    """
+
+    def __init__(self, buffer: ComputedBuffer, order: int):
+        self.node = buffer
+        self.name = buffer.name
+        self.order = order
+        self.read_writes: ReadWrites = extract_read_writes(buffer)
+        self.numel: Expr = buffer.data.get_numel()
+
+    def read_names(self) -> set[str]:
+        return self.read_writes.read_names()
+
+    def __repr__(self) -> str:
+        return f"SchedulerNode({self.name})"
+
+
+class ExternSchedulerNode:
+    """An `ExternKernel` call or a `MultiOutput` extraction; reads whole buffers."""
+
+    def __init__(self, buffer: Union[ExternKernel, MultiOutput], order: int):
+        self.node = buffer
+        self.name = buffer.name
+        self.order = order
+        if isinstance(buffer, MultiOutput):
+            self.reads = [StarDep(buffer.parent.name)]
+        else:
+            names = dict.fromkeys(underlying_buffer(x).name for x in buffer.inputs())
+            self.reads = [StarDep(n) for n in names]
+
+    def read_names(self) -> set[str]:
+        return {d.name for d in self.reads}
+
+    @property
+    def names(self) -> list[str]:
+        return [self.name]
+
+    def __repr__(self) -> str:
+        return f"ExternSchedulerNode({self.name})"
+
+
+Step = Union[KernelGroup, ExternSchedulerNode]
+
+
+class Scheduler:
+    """Schedules the buffers of a lowered graph.
+
+    Attributes (after construction):
+        steps: kernel groups and extern nodes in execution order.
+        removed_buffers: names of intermediate buffers that are never materialised.
+        frees: ``frees[i]`` lists the names the wrapper may drop after step ``i``;
+            ``frees[-1]`` (key -1) the graph inputs that are never read.
+        output_names: buffers (underlying) that the graph returns.
+    """
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.output_names = {
+            underlying_buffer(x).name for x in iter_ir_leaves(graph.graph_outputs)
+        }
+        self.buffers: dict[str, Buffer] = {b.name: b for b in graph.buffers}
+        nodes = []
+        for order, buffer in enumerate(graph.buffers):
+            if isinstance(buffer, ComputedBuffer):
+                nodes.append(SchedulerNode(buffer, order))
+            elif isinstance(buffer, (ExternKernel, MultiOutput)):
+                nodes.append(ExternSchedulerNode(buffer, order))
+            else:
+                raise TypeError(f"cannot schedule {type(buffer).__name__} {buffer.name}")
+        self.nodes = self._dead_code_elimination(nodes)
+        self.pre_fusion_text = "\n\n".join(format_node(n.node) for n in self.nodes)
+        self.dag = self._build_graph()
+        fuse_groups(self.dag, self._numel_of, lambda msg: log_artifact("fusion", msg))
+        self.steps: list[Step] = list(nx.lexicographical_topological_sort(self.dag, key=lambda s: s.order))
+        self.removed_buffers = self._removable_buffers()
+        self.frees = self._plan_frees()
+        log_artifact("schedule", self.describe())
+
+    def _numel_of(self, name: str) -> Expr:
+        buffer = self.buffers.get(name) or self.graph.graph_inputs[name]
+        return buffer.layout.numel()
+
+    def _dead_code_elimination(self, nodes: list) -> list:
+        """Drop pure nodes (Pointwise, MultiOutput) that nothing reads and the graph does not return."""
+        while True:
+            read = set(self.output_names)
+            for n in nodes:
+                read |= n.read_names()
+            alive = [n for n in nodes if n.name in read or isinstance(n.node, ExternKernel)]
+            if len(alive) == len(nodes):
+                return nodes
+            nodes = alive
+
+    def _build_graph(self) -> nx.DiGraph:
+        dag = nx.DiGraph()
+        step_of: dict[str, object] = {}
+        for n in self.nodes:
+            step = KernelGroup([n]) if isinstance(n, SchedulerNode) else n
+            dag.add_node(step)
+            step_of[n.name] = step
+        for n in self.nodes:
+            consumer = step_of[n.name]
+            for name in n.read_names():
+                producer = step_of.get(name)
+                if producer is not None and producer is not consumer:
+                    dag.add_edge(producer, consumer)
+        return dag
+
+    def _readers(self) -> dict[str, set]:
+        readers: dict[str, set] = {}
+        for step in self.steps:
+            nodes = step.nodes if isinstance(step, KernelGroup) else [step]
+            for n in nodes:
+                for name in n.read_names():
+                    readers.setdefault(name, set()).add(step)
+        return readers
+
+    def _removable_buffers(self) -> set[str]:
+        readers = self._readers()
+        removed = set()
+        for step in self.steps:
+            if not isinstance(step, KernelGroup):
+                continue
+            for name in step.writes():
+                if name not in self.output_names and readers.get(name, set()) <= {step}:
+                    removed.add(name)
+        return removed
+
+    def _plan_frees(self) -> dict[int, list[str]]:
+        last_use: dict[str, int] = {}
+        for i, step in enumerate(self.steps):
+            reads = step.reads() if isinstance(step, KernelGroup) else step.read_names()
+            for name in reads:
+                last_use[name] = i
+            for name in step.names:
+                last_use.setdefault(name, i)
+        frees: dict[int, list[str]] = {}
+        freeable = {
+            name for name, buf in {**self.graph.graph_inputs, **self.buffers}.items()
+            if not getattr(buf, "is_constant", False)
+        }
+        for name in self.graph.graph_inputs:
+            if name in freeable and name not in last_use:
+                last_use[name] = -1
+        for name, i in last_use.items():
+            if name in freeable and name not in self.output_names and name not in self.removed_buffers:
+                frees.setdefault(i, []).append(name)
+        return frees
+
+    def describe(self) -> str:
+        """The schedule, one line per step (the ``schedule`` log artifact)."""
+        lines = []
+        for i, step in enumerate(self.steps):
+            if isinstance(step, KernelGroup):
+                names = [f"{n}{' (removed)' if n in self.removed_buffers else ''}" for n in step.names]
+                lines.append(f"{i}: kernel over {step.numel} elements: {', '.join(names)}")
+            else:
+                node = step.node
+                what = node.op_name if isinstance(node, ExternKernel) else f"{node.parent.name}[{node.index}]"
+                lines.append(f"{i}: extern {step.name} = {what}")
+            if self.frees.get(i):
+                lines.append(f"   free {', '.join(self.frees[i])}")
+        return "\n".join(lines)
+
+    def post_fusion_text(self) -> str:
+        """IR after fusion, grouped by step (the ``ir_post_fusion.txt`` dump)."""
+        parts = []
+        for i, step in enumerate(self.steps):
+            if isinstance(step, KernelGroup):
+                header = f"# step {i}: kernel group ({', '.join(step.names)}), numel {step.numel}"
+                body = "\n\n".join(
+                    format_node(n.node) + (" [removed]" if n.name in self.removed_buffers else "")
+                    for n in step.nodes
+                )
+            else:
+                header = f"# step {i}: extern"
+                body = format_node(step.node)
+            parts.append(header + "\n" + body)
+        return "\n\n".join(parts)
+

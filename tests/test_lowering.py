@@ -1,0 +1,371 @@
+"""Lowering (aten FX graph -> loop-level IR), checked without the scheduler or the DSL.
+
+`IREvaluator` is a reference ``ops`` handler that evaluates ``inner_fn``s with torch
+on whole index grids; `run_ir` runs a lowered graph's buffers in order with it, so
+each lowering is compared with eager on fresh random inputs.
+"""
+
+import operator
+
+import pytest
+import sympy
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from inductor_lite.codegen.printer import pexpr
+from inductor_lite.fx_lowering import lowerings
+from inductor_lite.fx_lowering.decompositions import decomposition_table
+from inductor_lite.fx_lowering.graph import GraphLowering, LoweringError
+from inductor_lite.fx_lowering.ir import (
+    ComputedBuffer, ExternKernel, GenericView, InputBuffer, MultiOutput, ReinterpretView, StorageBox,
+    format_inner_fn,
+)
+from inductor_lite.fx_lowering.ops import OpsHandler, set_ops_handler
+
+aten = torch.ops.aten
+
+_BINARY = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": torch.true_divide,
+    "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "remainder": torch.remainder, "fmod": torch.fmod, "maximum": torch.maximum, "minimum": torch.minimum,
+    "pow": torch.pow, "atan2": torch.atan2, "logical_and": torch.logical_and, "logical_or": torch.logical_or,
+    "logical_xor": torch.logical_xor, "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
+    "bitwise_xor": torch.bitwise_xor, "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le,
+    "gt": torch.gt, "ge": torch.ge,
+}
+
+
+class IREvaluator(OpsHandler):
+    """Evaluates ``ops`` with torch: values are tensors over the whole index grid."""
+
+    def __init__(self, env, index_vars):
+        self.env = env
+        self.vars = index_vars
+        self.masks = []
+
+    def _index(self, expr):
+        return torch.as_tensor(eval(pexpr(expr), {}, self.vars), dtype=torch.int64)
+
+    def load(self, name, index):
+        t = self.env[name]
+        n = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+        flat = t.as_strided((n,), (1,), t.storage_offset())
+        idx = self._index(index)
+        if self.masks:
+            idx = torch.where(self.masks[-1], idx, 0)
+        return flat[idx]
+
+    def constant(self, value, dtype):
+        return torch.tensor(value, dtype=dtype)
+
+    def index_expr(self, expr, dtype):
+        return self._index(expr).to(dtype)
+
+    def to_dtype(self, x, dtype):
+        return x.to(dtype)
+
+    def where(self, c, a, b):
+        return torch.where(c, a, b)
+
+    def masked(self, mask, body, other):
+        self.masks.append(mask if not self.masks else self.masks[-1] & mask)
+        try:
+            value = body()
+        finally:
+            self.masks.pop()
+        return torch.where(mask, value, torch.tensor(other, dtype=value.dtype))
+
+    def default(self, name, *args):
+        if name in _BINARY:
+            return _BINARY[name](*args)
+        return getattr(torch, name)(*args)
+
+
+def _grid(ranges):
+    vars_ = {}
+    for d, n in enumerate(ranges):
+        shape = [1] * len(ranges)
+        shape[d] = int(n)
+        vars_[f"i{d}"] = torch.arange(int(n)).view(shape)
+    return vars_
+
+
+def _materialize(layout, values, index_vars):
+    size = [int(s) for s in layout.size]
+    out = torch.full_like(torch.empty_strided(size, [int(s) for s in layout.stride], dtype=layout.dtype),
+                          float("nan") if layout.dtype.is_floating_point else 77)
+    flat = out.as_strided((out.untyped_storage().nbytes() // out.element_size(),), (1,))
+    idx = torch.as_tensor(eval(pexpr(layout.index(list(index_vars_symbols(len(size))))), {}, index_vars))
+    flat[idx.expand(size).reshape(-1)] = torch.as_tensor(values).to(layout.dtype).expand(size).reshape(-1)
+    return out
+
+
+def index_vars_symbols(rank):
+    return [sympy.Symbol(f"i{d}", integer=True, nonnegative=True) for d in range(rank)]
+
+
+def _realize_arg(env, x):
+    if isinstance(x, ReinterpretView):
+        base = env[x.data.name]
+        lay = x.layout
+        return base.as_strided([int(s) for s in lay.size], [int(s) for s in lay.stride],
+                               base.storage_offset() + int(lay.offset))
+    if isinstance(x, (InputBuffer, ComputedBuffer, ExternKernel, MultiOutput)):
+        return env[x.name]
+    if isinstance(x, (list, tuple)):
+        return type(x)(_realize_arg(env, a) for a in x)
+    return x
+
+
+def run_ir(graph, inputs):
+    """Evaluate a lowered graph's buffers and outputs with `IREvaluator`."""
+    env = {name: t for (name, _), t in zip(graph.placeholders, inputs)}
+    for buf in graph.buffers:
+        if isinstance(buf, ComputedBuffer):
+            vars_ = _grid(buf.data.ranges)
+            with set_ops_handler(IREvaluator(env, vars_)):
+                values = buf.data.inner_fn(index_vars_symbols(len(buf.data.ranges)))
+            env[buf.name] = _materialize(buf.layout, values, vars_)
+        elif isinstance(buf, ExternKernel):
+            kwargs = {k: _realize_arg(env, v) for k, v in buf.kwargs.items()}
+            env[buf.name] = buf.op(*_realize_arg(env, buf.args), **kwargs)
+        elif isinstance(buf, MultiOutput):
+            env[buf.name] = env[buf.parent.name][buf.index]
+    return [_realize_arg(env, o) for o in graph.graph_outputs]
+
+
+def lower(fn, *inputs):
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=decomposition_table())(*inputs)
+    graph = GraphLowering(gm)
+    graph.run()
+    return graph
+
+
+def check(fn, *inputs):
+    graph = lower(fn, *inputs)
+    expected = fn(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    got = run_ir(graph, inputs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        assert g.stride() == e.stride() or g.numel() <= 1
+        tol = 1e-2 if e.dtype in (torch.float16, torch.bfloat16) else 1e-5
+        if e.dtype.is_floating_point:
+            torch.testing.assert_close(g, e, rtol=tol, atol=tol, equal_nan=True)
+        else:
+            assert torch.equal(g, e)
+    return graph
+
+
+def r(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+def ri(*shape, low=-20, high=20):
+    return torch.randint(low, high, shape)
+
+
+POINTWISE_CASES = {
+    "add_alpha": (lambda x, y: torch.add(x, y, alpha=3) - torch.sub(y, x, alpha=0.5), [r(4, 5), r(5)]),
+    "rsub_mul_div": (lambda x, y: (1 - x) * y / (y.abs() + 1), [r(4, 5), r(4, 5)]),
+    "div_modes": (lambda a, b: (torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
+                                a / b, a % b, a.fmod(b)), [ri(40), torch.tensor([3, -4, 5, -7] * 10)]),
+    "float_floor_mod": (lambda a, b: (a // b, a % b), [r(30) * 5, r(30) + 3]),
+    "compare_logic": (lambda x, y: ((x < y) & (x >= 0)) | ~(x != y) ^ (y > 1), [r(20), r(20)]),
+    "where_masked_fill": (lambda c, x: torch.where(c > 0, x, 2.0).masked_fill(x > 1, -1.0), [r(6, 7), r(7)]),
+    "casts": (lambda x: ((x * 4).to(torch.int32), (x > 0).to(torch.float16), x.to(torch.bfloat16) * 2,
+                         x.to(torch.float64)), [r(16)]),
+    "unary_math": (lambda x: x.exp() + x.abs().log1p() + x.sigmoid() * x.tanh() + x.erf() + x.sin() * x.cos()
+                   + x.abs().sqrt() + (x.abs() + 1).rsqrt() + x.expm1() + x.exp2() + (x.abs() + 1).log2(),
+                   [r(32)]),
+    "rounding_sign": (lambda x: (x.round(), x.floor(), x.ceil(), x.trunc(), x.sign(), x.neg(), x.reciprocal()),
+                      [torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 3.7, -3.2, 0.0])]),
+    "activations": (lambda x: F.relu(x) + F.gelu(x) + F.gelu(x, approximate="tanh") + F.silu(x)
+                    + F.leaky_relu(x, 0.2) + F.hardtanh(x) + F.elu(x) + F.softplus(x) + F.hardswish(x),
+                    [r(40)]),
+    "backward_ops": (lambda g, x: (aten.gelu_backward(g, x), aten.gelu_backward(g, x, approximate="tanh"),
+                                   aten.sigmoid_backward(g, x.sigmoid()), aten.tanh_backward(g, x.tanh()),
+                                   aten.silu_backward(g, x), aten.threshold_backward(g, x, 0.0)),
+                     [r(5, 6), r(5, 6)]),
+    "pow_clamp": (lambda x: (x.pow(2), x.pow(3), x.abs().pow(0.5), x.abs().pow(1.7), (x + 3).pow(-2),
+                             x.clamp(-0.5, 0.7), x.clamp_min(0.1), x.clamp_max(0.2), torch.pow(2.0, x)),
+                  [r(20)]),
+    "int_pow": (lambda a: a.pow(3), [ri(20, low=-5, high=5)]),
+    "fp16_chain": (lambda x, y: F.gelu(x * y) + x, [r(8, 9, dtype=torch.float16), r(9, dtype=torch.float16)]),
+    "bf16_fp32_mix": (lambda x, y: x * y + 1, [r(8, dtype=torch.bfloat16), r(8)]),
+    "int_float_mix": (lambda a, x: a * x + a, [ri(8), r(8)]),
+    "constants": (lambda x: (torch.ones_like(x) * 2, torch.zeros_like(x) + x, torch.full_like(x, 3.5),
+                             x.new_full((2, 3), 7), aten.scalar_tensor(1.5), aten.fill(x, 4.0)),
+                  [r(3, 4)]),
+    "tril_triu": (lambda x: torch.tril(x) + torch.triu(x, 2) * 3 + torch.tril(x, -1), [r(5, 6)]),
+    "cat_pad": (lambda x, y: (torch.cat([x.exp(), y, x], dim=1), F.pad(x, (1, 2, 0, 1), value=-1.0)),
+                [r(3, 4), r(3, 2)]),
+    "slice_select_backward": (lambda g, h: (aten.slice_backward(g, [5, 8], 1, 2, 8, 2),
+                                            aten.select_backward(h, [5, 8], 0, 3),
+                                            aten.slice_scatter(torch.zeros(5, 8), g, 1, 2, 8, 2)),
+                              [r(5, 3), r(8)]),
+    "arange": (lambda x: x + torch.arange(5, dtype=torch.float32) + torch.arange(2, 12, 2), [r(3, 5)]),
+    "dropout_backward": (lambda g, m: aten.native_dropout_backward(g, m, 2.0), [r(10), r(10) > 0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POINTWISE_CASES))
+def test_pointwise_lowering_matches_eager(name):
+    fn, inputs = POINTWISE_CASES[name]
+    graph = check(fn, *inputs)
+    assert not [b for b in graph.buffers if isinstance(b, ExternKernel)], "pointwise op lowered as extern"
+
+
+VIEW_CASES = {
+    "permute_add": (lambda x, y: x.permute(1, 0) + y, [r(6, 4), r(4, 6)]),
+    "slices": (lambda x: x[:, 1:5] * x[:, 2:6] + x[::2, -3:-1].sum(), [r(6, 8)]),
+    "view_of_lazy": (lambda x: (x * 2).view(6, 4) + x.sin().reshape(24)[:4], [r(2, 3, 4)]),
+    "expand_unsqueeze_squeeze": (lambda x: (x.unsqueeze(0).expand(3, 4, 5) + 1).squeeze(0), [r(4, 5)]),
+    "transpose_of_lazy": (lambda x: (x.relu().transpose(0, 1) + 1) * x.t(), [r(5, 7)]),
+    "split_unbind": (lambda x: sum(x.split(2, dim=1)) + sum(x[:, :2].unbind(0)), [r(3, 6)]),
+    "select_negative": (lambda x: x[..., -1] + x.select(0, -2)[:3], [r(3, 3)]),
+    "expand_output": (lambda x: (x + 1).expand(4, 3), [r(1, 3)]),
+    "channels_last": (lambda x: x.relu() + 1, [r(2, 3, 4, 5).to(memory_format=torch.channels_last)]),
+    "noncontiguous_input": (lambda x: x * 2, [r(6, 8)[:, ::2]]),
+    "as_strided_input": (lambda x: x.as_strided((3, 3), (1, 3), 1) + 1, [r(12)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_CASES))
+def test_view_lowering_matches_eager(name):
+    fn, inputs = VIEW_CASES[name]
+    check(fn, *inputs)
+
+
+def test_views_of_inputs_are_reinterpretations_not_copies():
+    x = r(4, 6)
+    graph = lower(lambda x: x.t()[1:3].unsqueeze(0), x)
+    (out,) = graph.graph_outputs
+    expected = x.t()[1:3].unsqueeze(0)
+    assert isinstance(out, ReinterpretView) and out.data.name == "x_1"
+    assert [int(s) for s in out.layout.stride] == list(expected.stride())
+    assert int(out.layout.offset) == expected.storage_offset() == 1
+    assert not graph.buffers
+
+
+def test_single_use_pointwise_is_inlined_multi_use_is_realized():
+    graph = lower(lambda x: (x.exp() + 1) * 2, r(8))
+    assert len(graph.buffers) == 1
+    assert set(graph.buffers[0].origins) == {"exp", "add", "mul"}
+    graph = lower(lambda x: (lambda a: (a + 1, a * 2))(x.exp()), r(8))
+    assert {b.origins.get("exp") for b in graph.buffers} >= {"exp"}
+    assert len(graph.buffers) == 3
+
+
+def test_lazy_view_is_generic_view_of_box():
+    seen = {}
+    orig = lowerings.LOWERINGS[aten.t.default]
+
+    def spy(ctx, x):
+        out = orig(ctx, x)
+        seen["out"] = out
+        return out
+
+    lowerings.LOWERINGS[aten.t.default] = spy
+    try:
+        lower(lambda x: x.exp().t() + 1, r(3, 4))
+    finally:
+        lowerings.LOWERINGS[aten.t.default] = orig
+    assert isinstance(seen["out"], GenericView) and isinstance(seen["out"].data, StorageBox)
+
+
+def test_half_inputs_compute_in_fp32():
+    graph = lower(lambda x, y: x * y + x, r(4, dtype=torch.float16), r(4, dtype=torch.float16))
+    (buf,) = graph.buffers
+    lines = format_inner_fn(buf.data).splitlines()
+    assert lines[:2] == ["t0 = load(x_1, i0)", "t1 = to_dtype(t0, float32)"]
+    assert lines[-2].endswith("float16)") and lines[-1] == f"return {lines[-2].split(' = ')[0]}"
+    assert buf.layout.dtype == torch.float16
+
+
+def test_unlowered_ops_become_externs_with_realized_inputs():
+    graph = lower(lambda x, w: torch.softmax((x * 2) @ w, -1).sum(), r(4, 5), r(5, 3))
+    externs = [b for b in graph.buffers if isinstance(b, ExternKernel)]
+    assert [e.op_name for e in externs] == ["aten.mm.default", "aten._softmax.default", "aten.sum.default"]
+    mm = externs[0]
+    assert isinstance(mm.args[0], ComputedBuffer)
+    assert graph.extern_counts()["aten.mm.default"] == 1
+
+
+def test_no_lowering_becomes_extern():
+    graph = check(lambda a, b: torch.pow(a, b), ri(6, low=0, high=4), ri(6, low=0, high=3))
+    assert [b.op_name for b in graph.buffers if isinstance(b, ExternKernel)] == ["aten.pow.Tensor_Tensor"]
+
+
+def test_multi_output_extern():
+    graph = check(lambda x, w, b: F.layer_norm(x, (8,), w, b) * 2, r(3, 8), r(8), r(8))
+    parent = [b for b in graph.buffers if isinstance(b, ExternKernel)][0]
+    assert parent.layout is None
+    assert any(isinstance(b, MultiOutput) and b.parent is parent for b in graph.buffers)
+
+
+def test_realized_outputs_use_eager_strides():
+    x = r(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    graph = lower(lambda x: x.relu() * 2, x)
+    (out,) = graph.graph_outputs
+    assert [int(s) for s in out.layout.stride] == list((x.relu() * 2).stride())
+
+
+def test_symbolic_shapes_give_sympy_sizes_and_symbol_sources():
+    gm = make_fx(lambda x, y: (x + y).exp(), tracing_mode="symbolic")(r(4, 6), r(6))
+    graph = GraphLowering(gm)
+    graph.run()
+    (buf,) = graph.buffers
+    symbols = set().union(*[sympy.sympify(s).free_symbols for s in buf.layout.size])
+    assert len(symbols) == 2
+    assert all(graph.symbol_sources[s][1] == "size" for s in symbols)
+
+
+def test_mutating_op_is_rejected():
+    def fn(x):
+        y = x * 2
+        y.add_(1)
+        return y
+
+    gm = make_fx(fn, tracing_mode="fake")(r(4))
+    with pytest.raises(LoweringError, match="mutating op"):
+        GraphLowering(gm).run()
+
+
+def test_decomposition_table_keeps_fused_and_extern_ops():
+    table = decomposition_table()
+    assert aten.hardswish.default in table and aten.addcmul.default in table
+    for op in (aten.native_layer_norm.default, aten._softmax.default, aten.gelu.default, aten.mm.default):
+        assert op not in table
+
+
+def test_lowering_errors_name_the_node():
+    gm = make_fx(lambda x: aten.gelu(x), tracing_mode="fake")(r(4))
+    node = next(n for n in gm.graph.nodes if n.target is aten.gelu.default)
+    node.kwargs = {"approximate": "fast"}
+    with pytest.raises(LoweringError, match="gelu.*approximate='fast'"):
+        GraphLowering(gm).run()
+
+
+@torch.library.custom_op("inductor_lite_test::scale_and_count", mutates_args=())
+def _scale_and_count(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return x * 2, x.shape[0]
+
+
+@_scale_and_count.register_fake
+def _(x):
+    return x * 2, x.shape[0]
+
+
+def test_extern_with_scalar_outputs():
+    """Like CUDA flash attention's (out, lse, ..., max_q: int, ...): scalars come from the fake run."""
+    def fn(x):
+        y, n = torch.ops.inductor_lite_test.scale_and_count(x)
+        return y + n, y * 3
+
+    graph = check(fn, r(5))
+    parent = next(b for b in graph.buffers if isinstance(b, ExternKernel))
+    assert parent.op_name == "inductor_lite_test.scale_and_count.default"
