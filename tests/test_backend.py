@@ -1,4 +1,9 @@
-"""End to end on CPU: torch.compile(backend="inductor_lite") against eager, kernels in the DSL interpreter."""
+"""End to end: torch.compile(backend="inductor_lite") against eager.
+
+Every test runs twice: on CPU (kernels in the DSL interpreter) and, marked `gpu`, on
+CUDA (kernels compiled through NVPTX and launched by the runtime); the default device
+is switched for the test, so tensors and modules it creates land there.
+"""
 
 import copy
 import glob
@@ -20,8 +25,14 @@ from inductor_lite.fx_lowering import lowerings
 aten = torch.ops.aten
 
 
+@pytest.fixture(autouse=True, params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    with torch.device(request.param):
+        yield request.param
+
+
 @pytest.fixture(autouse=True)
-def fresh(monkeypatch):
+def fresh(monkeypatch, device):
     torch._dynamo.reset()
     inductor_lite.reset_counters()
     monkeypatch.setattr(backend_module, "_warned", False)

@@ -1,0 +1,37 @@
+"""The quickstart must pass as users run it: a fresh process, exit code 0, PASS printed."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+QUICKSTART = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "quickstart.py")
+
+
+def run_quickstart(env_changes, cache_dir):
+    env = dict(os.environ, INDUCTOR_LITE_CACHE_DIR=str(cache_dir), **env_changes)
+    return subprocess.run([sys.executable, QUICKSTART], env=env, capture_output=True, text=True, timeout=600)
+
+
+def counter(stdout, label):
+    line = next(line for line in stdout.splitlines() if line.startswith(label))
+    return int(line.split(":")[1].split()[0])
+
+
+def test_quickstart_on_cpu(tmp_path):
+    proc = run_quickstart({"CUDA_VISIBLE_DEVICES": ""}, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS" in proc.stdout and "device:            cpu" in proc.stdout
+    assert counter(proc.stdout, "kernels generated") > 0
+
+
+@pytest.mark.gpu
+def test_quickstart_on_gpu_then_from_the_disk_cache(tmp_path):
+    first = run_quickstart({}, tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert counter(first.stdout, "kernels compiled") == counter(first.stdout, "kernels generated") > 0
+    second = run_quickstart({}, tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert counter(second.stdout, "kernels compiled") == 0
+    assert counter(second.stdout, "cache hits") == counter(first.stdout, "kernels compiled")
