@@ -1,6 +1,7 @@
 """The quickstart must pass as users run it: a fresh process, exit code 0, PASS printed."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -15,8 +16,10 @@ def run_quickstart(env_changes, cache_dir):
 
 
 def counter(stdout, label):
-    line = next(line for line in stdout.splitlines() if line.startswith(label))
-    return int(line.split(":")[1].split()[0])
+    """The number after ``label:`` in the quickstart's report."""
+    match = re.search(rf"{label}:\s+(\d+)", stdout)
+    assert match, f"no '{label}' in:\n{stdout}"
+    return int(match.group(1))
 
 
 def test_quickstart_on_cpu(tmp_path):
