@@ -1,0 +1,622 @@
+"""Hand-written DSL kernels for memory-bound ops, tuned for bandwidth, with launchers.
+
+Each op has a launcher taking torch tensors (CUDA, or CPU through the interpreter)
+and returning a new tensor, as the matching torch function does:
+
+==================  ===================================================  ====================
+launcher            computes (fp32 accumulation for half inputs)         torch equivalent
+==================  ===================================================  ====================
+`add`               ``a + b``, any shape, flat 1-D kernel                 ``a + b``
+`bias_gelu`         ``gelu(x + bias)``, erf form, 2-D tiles                ``F.gelu(x + bias)``
+`softmax`           softmax over the last dim                              ``torch.softmax(x, -1)``
+`layer_norm`        LayerNorm over the last dim (two-pass mean/variance)   ``F.layer_norm``
+`rms_norm`          ``x * rsqrt(mean(x**2) + eps) * w``                     ``F.rms_norm``
+`row_sum`           sum over the last dim                                  ``x.sum(-1)``
+`row_argmax`        int64 argmax over the last dim (first index on ties)   ``x.argmax(-1)``
+==================  ===================================================  ====================
+
+The kernels follow Triton's style. Pointwise ops move 16-byte vectors, many per
+thread. Row ops are *persistent* while a row fits one block (``RBLOCK`` = next
+power of two of the columns, up to `PERSISTENT_MAX_RBLOCK`): the row is loaded
+once into registers, reduced, and the result written, so each input byte is read
+once. Rows of up to 1024 columns are packed several to a program, at most one warp
+per row, so their reductions stay in warp shuffles. Longer rows use *looped* kernels
+that stream the row in ``RBLOCK`` chunks (reading it again, from L2 if it is still
+there, for the output pass). When every block is full (e.g. power-of-two widths) the
+launchers pass ``NO_MASK=True`` and the kernels are compiled without masks. Argmax is
+a max reduction followed by a min over the columns that hold the maximum, cheaper
+per element than a (value, index) reduction.
+
+The block sizes and warp counts come from `pointwise_config`, `tile_config` and
+`row_config`; the benchmark's ``--tune`` option times the alternatives from
+`pointwise_candidates`, `tile_candidates` and `row_candidates`. Every launcher takes
+``config=`` to override the choice.
+
+Indices are int32: every tensor must have fewer than 2**31 elements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import torch
+
+import inductor_lite.dsl as dl
+
+PERSISTENT_MAX_RBLOCK = 32768
+"""Longest row (as a power of two) the persistent row kernels hold in registers:
+32768 fp32 values over 16 warps are 64 registers per thread."""
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_INT32_LIMIT = 2**31
+_SQRT1_2 = 0.7071067811865476
+_LOG2E = 1.4426950408889634
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+@dataclasses.dataclass(frozen=True)
+class PointwiseConfig:
+    """1-D pointwise launch: ``XBLOCK`` elements per program, ``num_warps`` warps."""
+
+    XBLOCK: int
+    num_warps: int
+
+    def __str__(self) -> str:
+        return f"{self.XBLOCK} w{self.num_warps}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TileConfig:
+    """2-D pointwise launch over ``[YBLOCK rows, XBLOCK columns]`` tiles."""
+
+    YBLOCK: int
+    XBLOCK: int
+    num_warps: int
+
+    def __str__(self) -> str:
+        return f"{self.YBLOCK}x{self.XBLOCK} w{self.num_warps}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RowConfig:
+    """A row-reduction launch.
+
+    ``persistent``: ``XBLOCK`` rows per program, each held whole in an ``RBLOCK``-wide
+    block (``RBLOCK >= cols``). Looped: one row per program (``XBLOCK == 1``),
+    streamed in ``RBLOCK``-wide chunks.
+    """
+
+    XBLOCK: int
+    RBLOCK: int
+    num_warps: int
+    persistent: bool
+
+    def __str__(self) -> str:
+        """``4x1024 w4`` (persistent: XBLOCK x RBLOCK) or ``loop 4096 w8``."""
+        blocks = f"{self.XBLOCK}x{self.RBLOCK}" if self.persistent else f"loop {self.RBLOCK}"
+        return f"{blocks} w{self.num_warps}"
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two ``>= n`` (1 for ``n <= 1``)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def pointwise_config(numel: int, element_size: int) -> PointwiseConfig:
+    """Block size and warps of a 1-D pointwise kernel over ``numel`` elements of
+    ``element_size`` bytes.
+
+    Each of 4 warps' threads moves 64 bytes per tensor (four 16-byte vectors), so
+    enough loads are in flight to saturate HBM without a long tail of programs.
+    """
+    xblock = 64 * 32 * 4 // element_size
+    return PointwiseConfig(min(xblock, next_power_of_2(numel)), 4)
+
+
+def pointwise_candidates(numel: int, element_size: int) -> list[PointwiseConfig]:
+    """Alternatives to `pointwise_config` for ``--tune`` (the default first): 4 or 8
+    warps moving 16 to 128 bytes per thread and tensor."""
+    default = pointwise_config(numel, element_size)
+    options = [PointwiseConfig(min(bytes_per_thread * 32 * warps // element_size, next_power_of_2(numel)), warps)
+               for warps in (4, 8) for bytes_per_thread in (16, 32, 64, 128)]
+    return _unique([default] + options)
+
+
+def tile_config(rows: int, cols: int, element_size: int) -> TileConfig:
+    """Tile shape and warps of a row-broadcast pointwise kernel over ``[rows, cols]``.
+
+    Up to 1024 columns per tile (contiguous 16-byte vectors along a row) and enough
+    rows that each thread handles 64 bytes, as in `pointwise_config`; the bias slice
+    is loaded once per tile instead of once per element.
+    """
+    xblock = min(next_power_of_2(cols), 1024)
+    yblock = max(1, 64 * 32 * 4 // element_size // xblock)
+    return TileConfig(min(yblock, next_power_of_2(rows)), xblock, 4)
+
+
+def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]:
+    """Alternatives to `tile_config` for ``--tune`` (the default first): 4 or 8 warps,
+    512 or 1024 columns, 32 to 128 bytes per thread."""
+    default = tile_config(rows, cols, element_size)
+    options = []
+    for warps in (4, 8):
+        for xblock in (512, 1024):
+            xblock = min(xblock, next_power_of_2(cols))
+            for bytes_per_thread in (32, 64, 128):
+                yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
+                options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps))
+    return _unique([default] + options)
+
+
+def row_config(cols: int, element_size: int) -> RowConfig:
+    """Launch of a row reduction over rows of ``cols`` elements of ``element_size`` bytes.
+
+    Rows of up to 1024 columns: persistent, 4 warps, several rows per program with
+    about 4096 elements per program (one warp per row at 1024 columns, so the
+    reductions stay in warp shuffles). Longer rows up to `PERSISTENT_MAX_RBLOCK`:
+    persistent, one row per program, 4 warps up to 2048 columns, 8 at 4096, 16 beyond
+    (8 to 64 fp32 values per thread; 16 warps keep the register budget at 128 per
+    thread). Longer still: looped over 4096-column chunks with 8 warps.
+    ``element_size`` is part of the signature for tuned tables; this choice ignores it,
+    since half inputs are held as fp32 in registers.
+    """
+    rblock = next_power_of_2(cols)
+    if rblock <= 1024:
+        return RowConfig(max(1, 4096 // rblock), rblock, 4, True)
+    if rblock <= PERSISTENT_MAX_RBLOCK:
+        warps = 4 if rblock <= 2048 else 8 if rblock <= 4096 else 16
+        return RowConfig(1, rblock, warps, True)
+    return RowConfig(1, 4096, 8, False)
+
+
+def row_candidates(cols: int, element_size: int) -> list[RowConfig]:
+    """Alternatives to `row_config` for ``--tune`` (the default first). Persistent: 4
+    to 32 warps, 1 to 8 rows per program, 8 to 64 values per thread. Looped (rows over
+    1024 columns): 2048- to 8192-column chunks, 8 or 16 warps."""
+    default = row_config(cols, element_size)
+    rblock = next_power_of_2(cols)
+    options = []
+    if rblock <= PERSISTENT_MAX_RBLOCK:
+        for xblock in (1, 2, 4, 8):
+            for warps in (4, 8, 16, 32):
+                if 8 <= xblock * rblock // (warps * 32) <= 64:
+                    options.append(RowConfig(xblock, rblock, warps, True))
+    if rblock > 1024:
+        for chunk in (2048, 4096, 8192):
+            for warps in (8, 16):
+                if chunk < rblock and warps * 32 * 4 <= chunk:
+                    options.append(RowConfig(1, chunk, warps, False))
+    return _unique([default] + options)
+
+
+def _unique(configs: list) -> list:
+    return list(dict.fromkeys(configs))
+
+
+# ----------------------------------------------------------------------------- pointwise kernels
+# NO_MASK (a constexpr) says every block is full: masks are left out, which saves the
+# predicate work and registers (e.g. 25-45% of the instructions of layer_norm).
+
+
+@dl.kernel
+def add_kernel(a_ptr, b_ptr, out_ptr, n, XBLOCK: dl.constexpr, NO_MASK: dl.constexpr):
+    """out[i] = a[i] + b[i], i < n (flat, fp32 arithmetic); grid (cdiv(n, XBLOCK),)."""
+    offs = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)
+    mask = None if NO_MASK else offs < n
+    a = dl.load(a_ptr + offs, mask=mask).to(dl.float32)
+    b = dl.load(b_ptr + offs, mask=mask).to(dl.float32)
+    dl.store(out_ptr + offs, a + b, mask=mask)
+
+
+@dl.kernel
+def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, YBLOCK: dl.constexpr, XBLOCK: dl.constexpr,
+                     NO_MASK: dl.constexpr):
+    """out = gelu(x + bias) (erf form), x and out (rows, cols), bias (cols,);
+    grid (cdiv(rows, YBLOCK), cdiv(cols, XBLOCK))."""
+    # 2-D tiles: the bias slice is loaded once per tile, and no per-element `% cols`.
+    row = dl.program_id(0) * YBLOCK + dl.arange(0, YBLOCK)[:, None]
+    col = dl.program_id(1) * XBLOCK + dl.arange(0, XBLOCK)[None, :]
+    cmask = None if NO_MASK else col < cols
+    mask = None if NO_MASK else (row < rows) & cmask
+    offs = row * cols + col
+    bias = dl.load(bias_ptr + col, mask=cmask).to(dl.float32)
+    h = dl.load(x_ptr + offs, mask=mask).to(dl.float32) + bias
+    dl.store(out_ptr + offs, 0.5 * h * (1.0 + dl.erf(h * _SQRT1_2)), mask=mask)
+
+
+# ----------------------------------------------------------------------------- persistent row kernels
+# XBLOCK rows per program, each whole in an RBLOCK-wide block (RBLOCK >= cols).
+# NO_MASK: cols == RBLOCK and XBLOCK divides rows.
+
+
+@dl.kernel
+def softmax_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr,
+                   NO_MASK: dl.constexpr):
+    """out = softmax(x, -1), x and out (rows, cols); grid (cdiv(rows, XBLOCK),)."""
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    mask = None if NO_MASK else (row < rows) & (col < cols)
+    offs = row * cols + col
+    if NO_MASK:
+        x = dl.load(x_ptr + offs).to(dl.float32)
+    else:
+        x = dl.load(x_ptr + offs, mask=mask, other=float("-inf")).to(dl.float32)
+    # exp(t) as exp2(t * log2(e)), as Triton's tl.exp does: fewer instructions than
+    # libdevice's expf; the rounded product adds about 6e-8 * |t| relative error, under
+    # 1e-6 for every term above 1e-7 of the row's largest (t > -16).
+    e = dl.exp2((x - dl.max(x, 1)[:, None]) * _LOG2E)
+    # One reciprocal per row instead of a division per element.
+    dl.store(out_ptr + offs, e * (1.0 / dl.sum(e, 1))[:, None], mask=mask)
+
+
+@dl.kernel
+def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps,
+                      XBLOCK: dl.constexpr, RBLOCK: dl.constexpr, NO_MASK: dl.constexpr):
+    """out = layer_norm(x) * w + b over the last dim, x and out (rows, cols), w and b
+    (cols,); grid (cdiv(rows, XBLOCK),)."""
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    cmask = None if NO_MASK else col < cols
+    mask = None if NO_MASK else (row < rows) & cmask
+    offs = row * cols + col
+    x = dl.load(x_ptr + offs, mask=mask).to(dl.float32)
+    inv_cols = 1.0 / cols
+    # Two passes over registers: exact mean, then the variance of the centred row.
+    d = x - (dl.sum(x, 1) * inv_cols)[:, None]
+    if not NO_MASK:
+        d = dl.where(cmask, d, 0.0)
+    rstd = dl.rsqrt(dl.sum(d * d, 1) * inv_cols + eps)[:, None]
+    w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
+    b = dl.load(b_ptr + col, mask=cmask).to(dl.float32)
+    dl.store(out_ptr + offs, d * rstd * w + b, mask=mask)
+
+
+@dl.kernel
+def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr,
+                    NO_MASK: dl.constexpr):
+    """out = x * rsqrt(mean(x**2, -1) + eps) * w, x and out (rows, cols), w (cols,);
+    grid (cdiv(rows, XBLOCK),)."""
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    cmask = None if NO_MASK else col < cols
+    mask = None if NO_MASK else (row < rows) & cmask
+    offs = row * cols + col
+    x = dl.load(x_ptr + offs, mask=mask).to(dl.float32)
+    rstd = dl.rsqrt(dl.sum(x * x, 1) * (1.0 / cols) + eps)[:, None]
+    w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
+    dl.store(out_ptr + offs, x * rstd * w, mask=mask)
+
+
+@dl.kernel
+def row_sum_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr,
+                   NO_MASK: dl.constexpr):
+    """out[r] = sum(x[r, :]) in fp32, x (rows, cols), out (rows,); grid (cdiv(rows, XBLOCK),)."""
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    rmask = None if NO_MASK else row < rows
+    x = dl.load(x_ptr + row * cols + col, mask=None if NO_MASK else rmask & (col < cols)).to(dl.float32)
+    dl.store(out_ptr + row, dl.sum(x, 1)[:, None], mask=rmask)
+
+
+@dl.kernel
+def row_argmax_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr,
+                      NO_MASK: dl.constexpr):
+    """out[r] = first argmax of x[r, :] (NaN is the maximum), x (rows, cols), out (rows,)
+    int32 or int64; grid (cdiv(rows, XBLOCK),)."""
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    rmask = None if NO_MASK else row < rows
+    offs = row * cols + col
+    if NO_MASK:
+        x = dl.load(x_ptr + offs).to(dl.float32)
+    else:
+        # Padding is -inf: it never beats a real element, and ties go to the lower column.
+        x = dl.load(x_ptr + offs, mask=rmask & (col < cols), other=float("-inf")).to(dl.float32)
+    # The row's maximum (NaN if the row has one), then the first column holding it:
+    # two cheap reductions instead of one (value, index) argmax reduction.
+    top = dl.max(x, 1)[:, None]
+    is_top = (x == top) | (x != x)
+    dl.store(out_ptr + row, dl.min(dl.where(is_top, col, RBLOCK), 1)[:, None], mask=rmask)
+
+
+# ----------------------------------------------------------------------------- looped row kernels
+# One row per program, streamed in RBLOCK-wide chunks; per-lane partials, reduced once.
+
+
+@dl.kernel
+def softmax_looped_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr):
+    """As `softmax_kernel`, one row per program; grid (rows,)."""
+    base = dl.program_id(0) * cols
+    # Online softmax (Milakov & Gimelshein, 2018): per-lane running max and sum of
+    # exp(x - max), rescaled when the max grows.
+    m = dl.full([RBLOCK], float("-inf"), dl.float32)
+    s = dl.zeros([RBLOCK], dl.float32)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)
+        x = dl.load(x_ptr + base + col, mask=col < cols, other=float("-inf")).to(dl.float32)
+        m_new = dl.maximum(m, x)
+        # A lane that has only seen padding keeps m_new == -inf; avoid -inf - -inf.
+        safe = dl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * dl.exp2((m - safe) * _LOG2E) + dl.exp2((x - safe) * _LOG2E)
+        m = m_new
+    row_max = dl.max(m, 0)
+    inv_sum = 1.0 / dl.sum(s * dl.exp2((m - row_max) * _LOG2E), 0)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)
+        cmask = col < cols
+        x = dl.load(x_ptr + base + col, mask=cmask, other=float("-inf")).to(dl.float32)
+        dl.store(out_ptr + base + col, dl.exp2((x - row_max) * _LOG2E) * inv_sum, mask=cmask)
+
+
+@dl.kernel
+def layer_norm_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, cols, eps, RBLOCK: dl.constexpr):
+    """As `layer_norm_kernel`, one row per program; grid (rows,)."""
+    base = dl.program_id(0) * cols
+    inv_cols = 1.0 / cols
+    # Exact two-pass statistics (the row is re-read from L2), then the output pass.
+    acc = dl.zeros([RBLOCK], dl.float32)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)
+        acc += dl.load(x_ptr + base + col, mask=col < cols).to(dl.float32)
+    mean = dl.sum(acc, 0) * inv_cols
+    acc2 = dl.zeros([RBLOCK], dl.float32)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)
+        cmask = col < cols
+        d = dl.where(cmask, dl.load(x_ptr + base + col, mask=cmask).to(dl.float32) - mean, 0.0)
+        acc2 += d * d
+    rstd = dl.rsqrt(dl.sum(acc2, 0) * inv_cols + eps)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)
+        cmask = col < cols
+        x = dl.load(x_ptr + base + col, mask=cmask).to(dl.float32)
+        w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
+        b = dl.load(b_ptr + col, mask=cmask).to(dl.float32)
+        dl.store(out_ptr + base + col, (x - mean) * rstd * w + b, mask=cmask)
+
+
+@dl.kernel
+def rms_norm_looped_kernel(x_ptr, w_ptr, out_ptr, cols, eps, RBLOCK: dl.constexpr):
+    """As `rms_norm_kernel`, one row per program; grid (rows,)."""
+    base = dl.program_id(0) * cols
+    acc = dl.zeros([RBLOCK], dl.float32)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)
+        x = dl.load(x_ptr + base + col, mask=col < cols).to(dl.float32)
+        acc += x * x
+    rstd = dl.rsqrt(dl.sum(acc, 0) * (1.0 / cols) + eps)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)
+        cmask = col < cols
+        x = dl.load(x_ptr + base + col, mask=cmask).to(dl.float32)
+        w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
+        dl.store(out_ptr + base + col, x * rstd * w, mask=cmask)
+
+
+@dl.kernel
+def row_sum_looped_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr):
+    """As `row_sum_kernel`, one row per program; grid (rows,)."""
+    base = dl.program_id(0) * cols
+    acc = dl.zeros([RBLOCK], dl.float32)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)
+        acc += dl.load(x_ptr + base + col, mask=col < cols).to(dl.float32)
+    dl.store(out_ptr + dl.program_id(0), dl.sum(acc, 0))
+
+
+@dl.kernel
+def row_argmax_looped_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr):
+    """As `row_argmax_kernel`, one row per program; grid (rows,)."""
+    base = dl.program_id(0) * cols
+    best = dl.full([RBLOCK], float("-inf"), dl.float32)
+    best_col = dl.zeros([RBLOCK], dl.int32)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)
+        x = dl.load(x_ptr + base + col, mask=col < cols, other=float("-inf")).to(dl.float32)
+        # Strictly greater keeps each lane's first maximum; NaN beats everything but NaN.
+        better = (x > best) | (dl.isnan(x) & ~dl.isnan(best))
+        best = dl.where(better, x, best)
+        best_col = dl.where(better, col, best_col)
+    # The first column among the lanes that hold the row's maximum (NaN included).
+    top = dl.max(best, 0)
+    is_top = (best == top) | (dl.isnan(best) & dl.isnan(top))
+    dl.store(out_ptr + dl.program_id(0), dl.min(dl.where(is_top, best_col, cols), 0))
+
+
+# ----------------------------------------------------------------------------- launchers
+
+
+def _check_float(name: str, t: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} has dtype {t.dtype}; supported: {', '.join(map(str, FLOAT_DTYPES))}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
+    if t.numel() >= _INT32_LIMIT:
+        raise ValueError(f"{name} has {t.numel()} elements; these kernels index with int32 (< 2**31)")
+
+
+def _check_rows(x: torch.Tensor, reduction: bool = True) -> tuple[int, int]:
+    _check_float("x", x)
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D (rows, cols), got shape {tuple(x.shape)}")
+    rows, cols = x.shape
+    if reduction and cols == 0:
+        raise ValueError("x has 0 columns: the reduction is empty")
+    return rows, cols
+
+
+def _check_param(name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    _check_float(name, t)
+    if t.shape != (x.shape[-1],):
+        raise ValueError(f"{name} must have shape ({x.shape[-1]},) to match x's last dim, got {tuple(t.shape)}")
+    if t.device != x.device:
+        raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+
+
+def _check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> None:
+    if out.shape != tuple(shape) or out.dtype != dtype or out.device != device or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {dtype} tensor of shape {tuple(shape)} on {device}, got "
+                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
+
+
+def _output(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    _check_out(out, shape, dtype, device)
+    return out
+
+
+def _row_config(config: Optional[RowConfig], cols: int, element_size: int) -> RowConfig:
+    config = config or row_config(cols, element_size)
+    if config.persistent and config.RBLOCK < cols:
+        raise ValueError(f"persistent config {config} cannot hold a row of {cols} columns")
+    if not config.persistent and config.XBLOCK != 1:
+        raise ValueError(f"looped config {config} must have XBLOCK == 1")
+    return config
+
+
+def _launch_rows(persistent_kernel, looped_kernel, config: RowConfig, rows: int, cols: int,
+                 tensors: tuple, scalars: tuple = ()) -> None:
+    """Launch a row op: ``tensors`` are the pointer arguments, ``scalars`` follow
+    ``rows, cols`` (persistent) or ``cols`` (looped)."""
+    if rows == 0:
+        return
+    if config.persistent:
+        grid = (dl.cdiv(rows, config.XBLOCK),)
+        no_mask = cols == config.RBLOCK and rows % config.XBLOCK == 0
+        persistent_kernel[grid](*tensors, rows, cols, *scalars, XBLOCK=config.XBLOCK, RBLOCK=config.RBLOCK,
+                                NO_MASK=no_mask, num_warps=config.num_warps)
+    else:
+        looped_kernel[(rows,)](*tensors, cols, *scalars, RBLOCK=config.RBLOCK, num_warps=config.num_warps)
+
+
+def add(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = None,
+        config: Optional[PointwiseConfig] = None) -> torch.Tensor:
+    """``a + b`` for contiguous float tensors of one shape and dtype (fp32 arithmetic).
+
+    Raises:
+        TypeError / ValueError: unsupported dtype, non-contiguous or mismatched inputs, a
+            bad ``out``, or 2**31 elements or more.
+    """
+    _check_float("a", a)
+    _check_float("b", b)
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        raise ValueError(f"a and b must match in shape, dtype and device: {a.dtype} {tuple(a.shape)} on {a.device} "
+                         f"vs {b.dtype} {tuple(b.shape)} on {b.device}")
+    out = _output(out, a.shape, a.dtype, a.device)
+    n = a.numel()
+    config = config or pointwise_config(n, a.element_size())
+    if n:
+        add_kernel[(dl.cdiv(n, config.XBLOCK),)](a, b, out, n, XBLOCK=config.XBLOCK,
+                                                  NO_MASK=n % config.XBLOCK == 0, num_warps=config.num_warps)
+    return out
+
+
+def bias_gelu(x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] = None,
+              config: Optional[TileConfig] = None) -> torch.Tensor:
+    """``F.gelu(x + bias)`` (the exact erf form) for ``x`` of shape (rows, cols) and
+    ``bias`` of shape (cols,); output in ``x``'s dtype.
+
+    Raises:
+        TypeError / ValueError: unsupported dtype, non-contiguous or mismatched inputs, a
+            bad ``out``, or 2**31 elements or more.
+    """
+    rows, cols = _check_rows(x, reduction=False)
+    _check_param("bias", bias, x)
+    out = _output(out, x.shape, x.dtype, x.device)
+    config = config or tile_config(rows, cols, x.element_size())
+    if rows and cols:
+        grid = (dl.cdiv(rows, config.YBLOCK), dl.cdiv(cols, config.XBLOCK))
+        no_mask = rows % config.YBLOCK == 0 and cols % config.XBLOCK == 0
+        bias_gelu_kernel[grid](x, bias, out, rows, cols, YBLOCK=config.YBLOCK, XBLOCK=config.XBLOCK,
+                               NO_MASK=no_mask, num_warps=config.num_warps)
+    return out
+
+
+def softmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
+            config: Optional[RowConfig] = None) -> torch.Tensor:
+    """``torch.softmax(x, -1)`` for ``x`` of shape (rows, cols); output in ``x``'s dtype.
+
+    Raises:
+        TypeError / ValueError: unsupported dtype, non-contiguous or non-2-D ``x``, 0
+            columns, a bad ``out`` or ``config``, or 2**31 elements or more.
+    """
+    rows, cols = _check_rows(x)
+    out = _output(out, x.shape, x.dtype, x.device)
+    config = _row_config(config, cols, x.element_size())
+    _launch_rows(softmax_kernel, softmax_looped_kernel, config, rows, cols, (x, out))
+    return out
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
+               out: Optional[torch.Tensor] = None, config: Optional[RowConfig] = None) -> torch.Tensor:
+    """``F.layer_norm(x, (cols,), weight, bias, eps)`` for ``x`` of shape (rows, cols);
+    biased variance, as torch; output in ``x``'s dtype.
+
+    Raises:
+        TypeError / ValueError: unsupported dtype, non-contiguous or mismatched inputs, 0
+            columns, a bad ``out`` or ``config``, or 2**31 elements or more.
+    """
+    rows, cols = _check_rows(x)
+    _check_param("weight", weight, x)
+    _check_param("bias", bias, x)
+    out = _output(out, x.shape, x.dtype, x.device)
+    config = _row_config(config, cols, x.element_size())
+    _launch_rows(layer_norm_kernel, layer_norm_looped_kernel, config, rows, cols, (x, weight, bias, out),
+                 (float(eps),))
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+             out: Optional[torch.Tensor] = None, config: Optional[RowConfig] = None) -> torch.Tensor:
+    """``F.rms_norm(x, (cols,), weight, eps)``, i.e. ``x * rsqrt(mean(x**2, -1) + eps) *
+    weight``, for ``x`` of shape (rows, cols); output in ``x``'s dtype.
+
+    Raises:
+        TypeError / ValueError: unsupported dtype, non-contiguous or mismatched inputs, 0
+            columns, a bad ``out`` or ``config``, or 2**31 elements or more.
+    """
+    rows, cols = _check_rows(x)
+    _check_param("weight", weight, x)
+    out = _output(out, x.shape, x.dtype, x.device)
+    config = _row_config(config, cols, x.element_size())
+    _launch_rows(rms_norm_kernel, rms_norm_looped_kernel, config, rows, cols, (x, weight, out), (float(eps),))
+    return out
+
+
+def row_sum(x: torch.Tensor, out: Optional[torch.Tensor] = None,
+            config: Optional[RowConfig] = None) -> torch.Tensor:
+    """``x.sum(-1)`` for ``x`` of shape (rows, cols): fp32 accumulation, output of shape
+    (rows,) in ``x``'s dtype.
+
+    Raises:
+        TypeError / ValueError: unsupported dtype, non-contiguous or non-2-D ``x``, 0
+            columns, a bad ``out`` or ``config``, or 2**31 elements or more.
+    """
+    rows, cols = _check_rows(x)
+    out = _output(out, (rows,), x.dtype, x.device)
+    config = _row_config(config, cols, x.element_size())
+    _launch_rows(row_sum_kernel, row_sum_looped_kernel, config, rows, cols, (x, out))
+    return out
+
+
+def row_argmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
+               config: Optional[RowConfig] = None) -> torch.Tensor:
+    """``x.argmax(-1)`` for ``x`` of shape (rows, cols): int64 of shape (rows,), the
+    first index on ties, NaN counted as the maximum (torch's rules).
+
+    Raises:
+        TypeError / ValueError: unsupported dtype, non-contiguous or non-2-D ``x``, 0
+            columns, a bad ``out`` or ``config``, or 2**31 elements or more.
+    """
+    rows, cols = _check_rows(x)
+    out = _output(out, (rows,), torch.int64, x.device)
+    config = _row_config(config, cols, x.element_size())
+    _launch_rows(row_argmax_kernel, row_argmax_looped_kernel, config, rows, cols, (x, out))
+    return out

@@ -1,0 +1,711 @@
+"""``python -m inductor_lite.bench.kernels``: GB/s of hand-written DSL kernels.
+
+Examples::
+
+    python -m inductor_lite.bench.kernels                          # every kernel, fp32 + bf16, full sizes
+    python -m inductor_lite.bench.kernels --kernels softmax,layer_norm --dtypes bf16 --sizes 8192x4096
+    python -m inductor_lite.bench.kernels --sizes small --tune --output tune.json
+    python -m inductor_lite.bench.kernels --device cpu --sizes tiny --no-inductor --repeat 2   # smoke test
+
+For each (kernel, dtype, shape) it checks the DSL kernel (`dsl_kernels`), torch eager
+and ``torch.compile(backend="inductor")`` against an fp64 torch reference, then times
+all three and prints GB/s beside the device's measured copy bandwidth. The method:
+
+- GB/s = bytes that must move (each input read once, each output written once) /
+  median time per call; GB = 1e9 bytes, MB = 1e6 bytes.
+- Copy bandwidth: a 512 MiB device-to-device ``Tensor.copy_``, bytes read + written
+  over its median time, measured once per run.
+- CUDA timing: CUDA events between consecutive calls, after warm-up. A
+  ``torch.cuda._sleep`` before each batch of calls keeps the device busy while the host
+  queues the batch, so the events time the device work, not the launch overhead
+  (the same for all three contenders). Inputs are rotated among copies when one set
+  is smaller than 3x the L2 cache, so every call reads from HBM.
+- Correctness, before timing: ours writes into an output poisoned with NaN (-1 for
+  indices); every result must match the fp64 reference within ``rtol`` (fp32 1e-5,
+  fp16 1e-3, bf16 1e-2) plus ``rtol * rms(reference)``, argmax exactly; NaN never
+  passes. A failure of ours marks the row FAIL and makes the exit status 1;
+  a mismatch of eager or inductor is only noted.
+- Target (CUDA, inputs of 32 MB and up): ours >= 85% of copy bandwidth and faster
+  than inductor; rows that miss it say ``below target``.
+
+On CPU the DSL kernels run in the interpreter: the numbers check that everything runs
+and say nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime
+import functools
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from . import dsl_kernels as K
+from .report import output_format, require
+
+COPY_BYTES = 512 * 2**20
+TARGET_MIN_MB = 32.0
+TARGET_COPY_FRACTION = 0.85
+ROTATE_L2_MULTIPLE = 3
+DEFAULT_L2_BYTES = 50 * 2**20  # H100; used when torch does not report the L2 size
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+SIZES = {
+    "tiny": [(3, 37), (5, 300), (2, 1500)],
+    "small": [(4096, 1024), (8192, 4096), (1024, 32768)],
+    "full": [(4096, 1024), (32768, 1024), (16384, 2048), (8192, 4096), (4096, 8192), (2048, 16384),
+             (1024, 32768)],
+    "odd": [(32768, 768), (4096, 5120), (8192, 3000)],
+}
+"""Named shape lists (rows, cols). ``tiny`` is for the CPU interpreter; ``full`` is the
+issue's set, rows x 1024 to 32768 columns, 16 MB to 128 MB inputs in fp32 (half that in
+bf16); ``odd`` has widths that are not powers of two (the row kernels then compute on
+padding up to the next power of two; 3000 is not a multiple of 16, so no 16-byte
+vectors)."""
+
+STATUS_OK = "ok"
+STATUS_BELOW = "below target"
+STATUS_FAIL = "FAIL"
+STATUS_ERROR = "ERROR"
+
+
+# ----------------------------------------------------------------------------- the kernels
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelBench:
+    """One benchmarked op.
+
+    ``make_inputs(rows, cols, dtype, device, generator)`` returns the input tensors;
+    ``torch_fn(*inputs)`` is the torch version (eager, what inductor compiles and, on
+    fp64 inputs, the reference); ``ours(*inputs, out=None, config=None)`` the DSL
+    launcher; ``candidates(rows, cols, element_size)`` its configs for ``--tune``.
+    ``flat``: the op sees a flat tensor of ``rows * cols`` elements. ``exact``: the
+    output is integer and must match exactly.
+    """
+
+    name: str
+    make_inputs: Callable[..., tuple]
+    torch_fn: Callable[..., torch.Tensor]
+    ours: Callable[..., torch.Tensor]
+    candidates: Callable[[int, int, int], list]
+    flat: bool = False
+    exact: bool = False
+
+
+def _randn(shape, dtype, device, gen, scale=1.0, offset=0.0) -> torch.Tensor:
+    x = torch.randn(shape, device=device, generator=gen, dtype=torch.float32)
+    return (x * scale + offset).to(dtype)
+
+
+def _flat_candidates(rows: int, cols: int, element_size: int) -> list:
+    return K.pointwise_candidates(rows * cols, element_size)
+
+
+def _row_candidates(rows: int, cols: int, element_size: int) -> list:
+    return K.row_candidates(cols, element_size)
+
+
+LAYER_NORM_EPS = 1e-5
+RMS_NORM_EPS = 1e-6
+
+BENCHES = {
+    b.name: b
+    for b in [
+        KernelBench(
+            "add", lambda r, c, dt, dev, g: (_randn(r * c, dt, dev, g), _randn(r * c, dt, dev, g)),
+            lambda a, b: a + b, K.add, _flat_candidates, flat=True,
+        ),
+        KernelBench(
+            "bias_gelu", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g), _randn(c, dt, dev, g)),
+            lambda x, bias: F.gelu(x + bias), K.bias_gelu, K.tile_candidates,
+        ),
+        KernelBench(
+            "softmax", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, scale=3.0),),
+            lambda x: torch.softmax(x, -1), K.softmax, _row_candidates,
+        ),
+        KernelBench(
+            "layer_norm",
+            lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, scale=2.0, offset=0.5), _randn(c, dt, dev, g),
+                                      _randn(c, dt, dev, g)),
+            lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, LAYER_NORM_EPS),
+            functools.partial(K.layer_norm, eps=LAYER_NORM_EPS), _row_candidates,
+        ),
+        KernelBench(
+            "rms_norm", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, offset=0.25), _randn(c, dt, dev, g)),
+            lambda x, w: F.rms_norm(x, (x.shape[-1],), w, RMS_NORM_EPS),
+            functools.partial(K.rms_norm, eps=RMS_NORM_EPS), _row_candidates,
+        ),
+        KernelBench(
+            "row_sum", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, offset=0.1),),
+            lambda x: x.sum(-1), K.row_sum, _row_candidates,
+        ),
+        KernelBench(
+            "row_argmax", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g),),
+            lambda x: x.argmax(-1), K.row_argmax, _row_candidates, exact=True,
+        ),
+    ]
+}
+"""Every benchmark, in report order."""
+
+
+# ----------------------------------------------------------------------------- correctness
+
+
+def compare(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, exact: bool) -> Optional[str]:
+    """Check ``got`` against the fp64 (or integer) reference ``ref``.
+
+    Floats pass where ``|got - ref| <= rtol * (|ref| + rms(ref))``, ``rtol`` =
+    `TOLERANCE` of ``dtype`` (the inputs' dtype); NaN never passes. ``exact``: equal.
+
+    Returns:
+        ``None`` when it matches, else a short description of the mismatch.
+    """
+    if got.shape != ref.shape:
+        return f"shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
+    if exact:
+        bad = got.long() != ref.long()
+    else:
+        rtol = TOLERANCE[dtype]
+        g, r = got.double(), ref.double()
+        rms = r.square().mean().sqrt()
+        bad = ~((g - r).abs() <= rtol * (r.abs() + rms))
+    n_bad = int(bad.sum())
+    if not n_bad:
+        return None
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    return f"{n_bad}/{bad.numel()} wrong, first at {first}: got {got[first].item():.6g}, want {ref[first].item():.6g}"
+
+
+def poisoned_like(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s shape, dtype and device, filled with NaN (floats) or -1 (integers)."""
+    return torch.full_like(t, float("nan") if t.is_floating_point() else -1)
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+class Timer:
+    """Median seconds per call on one device (see the module docstring for the method).
+
+    Raises:
+        ValueError: ``repeat < 1`` or ``warmup < 0``.
+    """
+
+    BATCH = 25
+    MAX_SLEEP_S = 0.2
+
+    def __init__(self, device: torch.device, warmup: int, repeat: int):
+        if repeat < 1 or warmup < 0:
+            raise ValueError(f"need repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
+        self.device, self.warmup, self.repeat = device, warmup, repeat
+        self._cycles_per_s: Optional[float] = None
+
+    def median_seconds(self, contenders: Sequence[Sequence[Callable[[], Any]]]) -> list[float]:
+        """Median seconds per call of each contender, in order.
+
+        A contender is a list of calls used in rotation (call ``i`` runs
+        ``calls[i % len(calls)]``). After the warm-up the contenders take turns, a
+        batch (CUDA) or a call (CPU) each, so clock and load changes hit all alike.
+        """
+        for calls in contenders:
+            for i in range(self.warmup):
+                calls[i % len(calls)]()
+        samples: list[list[float]] = [[] for _ in contenders]
+        if self.device.type != "cuda":
+            for i in range(self.repeat):
+                for calls, out in zip(contenders, samples):
+                    start = time.perf_counter()
+                    calls[i % len(calls)]()
+                    out.append(time.perf_counter() - start)
+        else:
+            host_s = [self._host_seconds(calls) for calls in contenders]
+            for first in range(0, self.repeat, self.BATCH):
+                n = min(self.BATCH, self.repeat - first)
+                for k, calls in enumerate(contenders):
+                    times, host_s[k] = self._cuda_batch(calls, first, n, host_s[k])
+                    samples[k] += times
+        return [statistics.median(out) for out in samples]
+
+    def _host_seconds(self, calls: Sequence[Callable[[], Any]]) -> float:
+        """The longest of a few calls' host time (the device idle): what queueing costs."""
+        torch.cuda.synchronize(self.device)
+        worst = 0.0
+        for i in range(3):
+            start = time.perf_counter()
+            calls[i % len(calls)]()
+            worst = max(worst, time.perf_counter() - start)
+        torch.cuda.synchronize(self.device)
+        return worst
+
+    def _cuda_batch(self, calls: Sequence[Callable[[], Any]], first: int, n: int,
+                    host_s: float) -> tuple[list[float], float]:
+        """Device seconds of calls ``first .. first + n - 1`` and the updated host cost per call.
+
+        ``torch.cuda._sleep`` holds the stream for twice the expected queueing time, so
+        the calls run back to back and each event pair brackets device work only.
+        """
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+        sleep_s = min(self.MAX_SLEEP_S, 2 * host_s * n + 50e-6)
+        torch.cuda._sleep(int(sleep_s * self._cycles_per_second()))
+        start = time.perf_counter()
+        events[0].record()
+        for j in range(n):
+            calls[(first + j) % len(calls)]()
+            events[j + 1].record()
+        host_s = max(host_s, (time.perf_counter() - start) / n)
+        events[-1].synchronize()
+        return [events[j].elapsed_time(events[j + 1]) / 1e3 for j in range(n)], host_s
+
+    def _cycles_per_second(self) -> float:
+        """The device clock as ``torch.cuda._sleep`` counts it, measured once."""
+        if self._cycles_per_s is None:
+            cycles = 10_000_000
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(cycles // 10)  # wake the clocks up
+            begin.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            self._cycles_per_s = cycles / (begin.elapsed_time(end) / 1e3)
+        return self._cycles_per_s
+
+
+def copy_bandwidth(device: torch.device, timer: Timer) -> float:
+    """GB/s of a device-to-device ``Tensor.copy_`` of `COPY_BYTES` (8 MiB on CPU):
+    bytes read + written over the median time."""
+    n = COPY_BYTES if device.type == "cuda" else 8 * 2**20
+    src = torch.randint(0, 255, (n,), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    (seconds,) = timer.median_seconds([[lambda: dst.copy_(src)]])
+    return 2 * n / seconds / 1e9
+
+
+def l2_bytes(device: torch.device) -> int:
+    """The device's L2 cache size in bytes (0 on CPU: nothing is rotated there)."""
+    if device.type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or DEFAULT_L2_BYTES)
+
+
+def rotation_sets(inputs: tuple, bytes_per_call: int, l2: int, max_sets: int = 256) -> list[tuple]:
+    """``inputs`` plus copies, enough that one pass over all of them moves at least
+    `ROTATE_L2_MULTIPLE` x ``l2`` bytes (just ``[inputs]`` when one set already does)."""
+    count = min(max_sets, max(1, math.ceil(ROTATE_L2_MULTIPLE * l2 / max(1, bytes_per_call))))
+    return [inputs] + [tuple(t.clone() for t in inputs) for _ in range(count - 1)]
+
+
+# ----------------------------------------------------------------------------- one row
+
+
+@dataclasses.dataclass
+class Row:
+    """One (kernel, dtype, shape) result; times in microseconds, bandwidths in GB/s,
+    ``mb`` the first input's size in MB, ``bytes`` what one call must move."""
+
+    kernel: str
+    dtype: str
+    shape: str
+    mb: float
+    bytes: int
+    copy_gbs: float
+    config: str = ""
+    ours_us: Optional[float] = None
+    eager_us: Optional[float] = None
+    inductor_us: Optional[float] = None
+    ours_gbs: Optional[float] = None
+    eager_gbs: Optional[float] = None
+    inductor_gbs: Optional[float] = None
+    pct_of_copy: Optional[float] = None
+    ours_over_inductor: Optional[float] = None
+    tuned_config: str = ""
+    tuned_gbs: Optional[float] = None
+    status: str = STATUS_OK
+    note: str = ""
+
+    @property
+    def targeted(self) -> bool:
+        """Whether the 85%-of-copy / beat-inductor target applies (inputs >= 32 MB)."""
+        return self.mb >= TARGET_MIN_MB
+
+    @property
+    def failed(self) -> bool:
+        return self.status in (STATUS_FAIL, STATUS_ERROR)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What one run measures: device, timer, whether to run inductor and ``--tune``, seed."""
+
+    device: torch.device
+    timer: Timer
+    inductor: bool = True
+    tune: bool = False
+    seed: int = 0
+
+
+def _describe(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip().splitlines()[0]
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _default_config(bench: KernelBench, rows: int, cols: int, element_size: int) -> Any:
+    return bench.candidates(rows, cols, element_size)[0]
+
+
+def _check_ours(bench: KernelBench, inputs: tuple, ref: torch.Tensor, like: torch.Tensor, dtype: torch.dtype,
+                config: Any) -> Optional[str]:
+    """Run ours with ``config`` into a poisoned copy of ``like`` (eager's output) and
+    compare with ``ref``; None when it matches."""
+    out = poisoned_like(like)
+    bench.ours(*inputs, out=out, config=config)
+    return compare(out, ref, dtype, bench.exact)
+
+
+def _ours_calls(bench: KernelBench, sets: list[tuple], config: Any) -> list[Callable[[], Any]]:
+    return [functools.partial(bench.ours, *s, config=config) for s in sets]
+
+
+def measure(bench: KernelBench, rows: int, cols: int, dtype: torch.dtype, copy_gbs: float,
+            settings: Settings) -> Row:
+    """Check and time one (kernel, dtype, shape) for ours, eager and inductor.
+
+    Errors never propagate: ours raising gives status ERROR, ours wrong FAIL (neither
+    is timed); eager or inductor failing leaves their columns empty with a note.
+    """
+    device = settings.device
+    inputs = bench.make_inputs(rows, cols, dtype, device, torch.Generator(device).manual_seed(settings.seed))
+    config = _default_config(bench, rows, cols, inputs[0].element_size())
+    row = Row(bench.name, _dtype_name(dtype), f"{rows * cols}" if bench.flat else f"{rows}x{cols}",
+              inputs[0].nbytes / 1e6, 0, copy_gbs, config=str(config))
+    notes: list[str] = []
+    compiled = _check_all(bench, inputs, dtype, config, settings, row, notes)
+    sets = rotation_sets(inputs, row.bytes, l2_bytes(device))
+    contenders = {"eager": [functools.partial(bench.torch_fn, *s) for s in sets]}
+    if not row.failed:
+        contenders["ours"] = _ours_calls(bench, sets, config)
+    if compiled is not None:
+        contenders["inductor"] = [functools.partial(compiled, *s) for s in sets]
+    for name, seconds in zip(contenders, settings.timer.median_seconds(list(contenders.values()))):
+        setattr(row, f"{name}_us", seconds * 1e6)
+        setattr(row, f"{name}_gbs", row.bytes / seconds / 1e9)
+    if row.ours_us is not None:
+        row.pct_of_copy = 100 * row.ours_gbs / copy_gbs
+        if row.inductor_us is not None:
+            row.ours_over_inductor = row.inductor_us / row.ours_us
+        if settings.tune:
+            _tune(bench, row, inputs, sets, dtype, settings.timer)
+        if device.type == "cuda" and row.targeted and not _meets_target(row):
+            row.status = STATUS_BELOW
+    row.note = "; ".join(notes)
+    return row
+
+
+def _check_all(bench: KernelBench, inputs: tuple, dtype: torch.dtype, config: Any, settings: Settings, row: Row,
+               notes: list[str]) -> Optional[Callable]:
+    """Check eager, ours (into a poisoned output) and inductor against the fp64
+    reference; set ``row.bytes`` and ``row.status``, add problems to ``notes``.
+
+    Returns:
+        The inductor-compiled function, or None (not asked for, or it failed).
+    """
+    with torch.no_grad():
+        ref = bench.torch_fn(*[t.double() for t in inputs])
+        eager_out = bench.torch_fn(*inputs)
+    row.bytes = sum(t.nbytes for t in inputs) + eager_out.nbytes
+    problem = compare(eager_out, ref, dtype, bench.exact)
+    if problem:
+        notes.append(f"eager mismatch: {problem}")
+    try:
+        problem = _check_ours(bench, inputs, ref, eager_out, dtype, config)
+        if problem:
+            row.status = STATUS_FAIL
+            notes.append(f"ours mismatch: {problem}")
+    except Exception as error:  # noqa: BLE001 - one kernel's failure must not stop the run
+        row.status = STATUS_ERROR
+        notes.append(f"ours: {_describe(error)}")
+    if not settings.inductor:
+        return None
+    torch._dynamo.reset()  # a fresh compile per shape: no recompile limit, no dynamic shapes
+    try:
+        compiled = torch.compile(bench.torch_fn, backend="inductor", dynamic=False)
+        problem = compare(compiled(*inputs), ref, dtype, bench.exact)
+        if problem:
+            notes.append(f"inductor mismatch: {problem}")
+        return compiled
+    except Exception as error:  # noqa: BLE001 - report inductor's failure, keep measuring ours
+        notes.append(f"inductor: {_describe(error)}")
+        return None
+
+
+def _meets_target(row: Row) -> bool:
+    fast_enough = row.pct_of_copy is not None and row.pct_of_copy >= 100 * TARGET_COPY_FRACTION
+    beats_inductor = row.ours_over_inductor is None or row.ours_over_inductor > 1.0
+    return fast_enough and beats_inductor
+
+
+def _tune(bench: KernelBench, row: Row, inputs: tuple, sets: list[tuple], dtype: torch.dtype, timer: Timer) -> None:
+    """Time every candidate config of ours; record the fastest correct one in ``row``."""
+    rows, cols = (1, inputs[0].numel()) if bench.flat else inputs[0].shape
+    with torch.no_grad():
+        ref = bench.torch_fn(*[t.double() for t in inputs])
+        like = bench.torch_fn(*inputs)
+    best = (row.ours_us / 1e6, row.config)
+    for config in bench.candidates(rows, cols, inputs[0].element_size())[1:]:
+        try:
+            if _check_ours(bench, inputs, ref, like, dtype, config):
+                continue
+            (seconds,) = timer.median_seconds([_ours_calls(bench, sets, config)])
+        except Exception:  # noqa: BLE001 - a config that does not build is just not a candidate
+            continue
+        if seconds < best[0]:
+            best = (seconds, str(config))
+    row.tuned_gbs, row.tuned_config = row.bytes / best[0] / 1e9, best[1]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return next(name for name, d in DTYPES.items() if d == dtype)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _fmt(value: Optional[float], spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _console():
+    console_mod = require("rich.console")
+    console = console_mod.Console()
+    # Without a terminal rich assumes 80 columns and would cut the table.
+    return console if console.is_terminal else console_mod.Console(width=220)
+
+
+_STATUS_STYLE = {STATUS_OK: "green", STATUS_BELOW: "yellow", STATUS_FAIL: "bold red", STATUS_ERROR: "bold red"}
+
+
+def print_table(rows: list[Row], copy_gbs: float, device_name: str, tune: bool, console=None) -> None:
+    """The full results table (one line per kernel, dtype and shape)."""
+    table_mod = require("rich.table")
+    escape = require("rich.markup").escape
+    console = console or _console()
+    table = table_mod.Table(title=f"DSL kernels on {device_name}: copy bandwidth {copy_gbs:.0f} GB/s")
+    headers = ["kernel", "dtype", "shape", "MB", "ours GB/s", "% of copy", "eager GB/s", "inductor GB/s",
+               "ours/inductor", "status", "config"]
+    if tune:
+        headers += ["tuned GB/s", "tuned config"]
+    headers.append("note")
+    for h in headers:
+        left = h in ("kernel", "dtype", "shape", "status", "config", "tuned config", "note")
+        table.add_column(h, justify="left" if left else "right", overflow="fold")
+    for r in rows:
+        style = _STATUS_STYLE[r.status]
+        cells = [r.kernel, r.dtype, r.shape, f"{r.mb:.1f}", _fmt(r.ours_gbs, ".0f"), _fmt(r.pct_of_copy, ".1f"),
+                 _fmt(r.eager_gbs, ".0f"), _fmt(r.inductor_gbs, ".0f"), _fmt(r.ours_over_inductor, ".2f"),
+                 f"[{style}]{r.status}[/]", r.config]
+        if tune:
+            cells += [_fmt(r.tuned_gbs, ".0f"), r.tuned_config]
+        cells.append(escape(r.note))
+        table.add_row(*cells)
+    console.print(table)
+
+
+def summarize(rows: list[Row], cuda: bool) -> list[dict[str, Any]]:
+    """Per kernel and dtype: rows, failures, and over the targeted rows (>= 32 MB, CUDA
+    only) how many met the target, the lowest % of copy and the lowest ours/inductor."""
+    out = []
+    for key in dict.fromkeys((r.kernel, r.dtype) for r in rows):
+        group = [r for r in rows if (r.kernel, r.dtype) == key]
+        targeted = [r for r in group if cuda and r.targeted and not r.failed]
+        pcts = [r.pct_of_copy for r in targeted if r.pct_of_copy is not None]
+        ratios = [r.ours_over_inductor for r in targeted if r.ours_over_inductor is not None]
+        out.append({
+            "kernel": key[0], "dtype": key[1], "rows": len(group), "failed": sum(r.failed for r in group),
+            "targeted": len(targeted), "met": sum(r.status == STATUS_OK for r in targeted),
+            "min_pct_of_copy": min(pcts, default=None), "min_ours_over_inductor": min(ratios, default=None),
+        })
+    return out
+
+
+def print_summary(rows: list[Row], cuda: bool, console=None) -> None:
+    """The compact summary (per kernel and dtype) and a one-line verdict."""
+    table_mod = require("rich.table")
+    console = console or _console()
+    summary = summarize(rows, cuda)
+    table = table_mod.Table(title=f"summary (target on inputs >= {TARGET_MIN_MB:g} MB: "
+                                  f">= {TARGET_COPY_FRACTION:.0%} of copy and faster than inductor)")
+    for h in ("kernel", "dtype", "correct", "target met", "min % of copy", "min ours/inductor"):
+        table.add_column(h, justify="left" if h in ("kernel", "dtype") else "right")
+    for s in summary:
+        correct = f"{s['rows'] - s['failed']}/{s['rows']}"
+        table.add_row(s["kernel"], s["dtype"], correct if not s["failed"] else f"[bold red]{correct}[/]",
+                      f"{s['met']}/{s['targeted']}" if cuda else "-", _fmt(s["min_pct_of_copy"], ".1f"),
+                      _fmt(s["min_ours_over_inductor"], ".2f"))
+    console.print(table)
+    failed = sum(s["failed"] for s in summary)
+    met, targeted = sum(s["met"] for s in summary), sum(s["targeted"] for s in summary)
+    verdict = f"correctness failures: {failed}"
+    verdict += f"; target met on {met}/{targeted} rows" if cuda else "; CPU run (interpreter): no timing claims"
+    console.print(verdict)
+
+
+def write_output(rows: list[Row], path: str, meta: dict[str, Any]) -> None:
+    """CSV (one line per row, the fields of `Row`) or JSON (``{"meta", "rows",
+    "summary"}``), by ``path``'s extension.
+
+    Raises:
+        ValueError: an extension other than .csv or .json.
+    """
+    fields = [f.name for f in dataclasses.fields(Row)]
+    if output_format(path) == "csv":
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(fields)
+            writer.writerows([_csv_cell(getattr(r, k)) for k in fields] for r in rows)
+    else:
+        payload = {"meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
+                   "summary": summarize(rows, meta["device"] == "cuda")}
+        with open(path, "w") as f:
+            json.dump(payload, f, indent=2)
+            f.write("\n")
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else value
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """A name from `SIZES` or comma-separated ``ROWSxCOLS`` shapes.
+
+    Raises:
+        ValueError: an unknown name or a malformed or non-positive shape.
+    """
+    if text in SIZES:
+        return list(SIZES[text])
+    shapes = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            rows, cols = (int(v) for v in part.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"size {part!r}: expected {', '.join(SIZES)} or ROWSxCOLS (e.g. 4096x1024)") from None
+        if rows < 1 or cols < 1:
+            raise ValueError(f"size {part!r}: rows and columns must be positive")
+        shapes.append((rows, cols))
+    if not shapes:
+        raise ValueError("no sizes given")
+    return shapes
+
+
+def _parse_list(text: str, known: Sequence[str], what: str) -> list[str]:
+    items = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if items == ["all"]:
+        return list(known)
+    unknown = [i for i in items if i not in known]
+    if unknown or not items:
+        raise ValueError(f"unknown {what} {unknown or text!r}; choose from all, {', '.join(known)}")
+    return items
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface (``--help`` lists every option)."""
+    cuda = torch.cuda.is_available()
+    parser = argparse.ArgumentParser(
+        prog="python -m inductor_lite.bench.kernels",
+        description="GB/s of the hand-written DSL kernels vs torch eager, torch.compile(backend='inductor') "
+                    "and the device's copy bandwidth.",
+    )
+    parser.add_argument("--kernels", default="all", help=f"comma-separated: all, {', '.join(BENCHES)} (default: all)")
+    parser.add_argument("--dtypes", default="fp32,bf16", help=f"comma-separated: {', '.join(DTYPES)} "
+                                                               "(default: fp32,bf16)")
+    parser.add_argument("--sizes", default=None,
+                        help=f"{', '.join(SIZES)}, or shapes such as 4096x1024,1024x32768 "
+                             "(default: full on CUDA, tiny on CPU)")
+    parser.add_argument("--repeat", type=int, default=100, help="timed calls per contender (default: 100)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed calls first (default: 10)")
+    parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile(backend='inductor')")
+    parser.add_argument("--tune", action="store_true",
+                        help="also time every candidate config of ours and report the fastest")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if cuda else "cpu",
+                        help="default: cuda when available (cpu runs the DSL interpreter)")
+    parser.add_argument("--output", help="also write the results to this .csv or .json file")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the benchmark; returns 1 when a DSL kernel failed its correctness check, else 0."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        kernels = _parse_list(args.kernels, list(BENCHES), "kernel(s)")
+        dtypes = [DTYPES[d] for d in _parse_list(args.dtypes, list(DTYPES), "dtype(s)")]
+        sizes = parse_sizes(args.sizes or ("full" if args.device == "cuda" else "tiny"))
+        if args.output:
+            output_format(args.output)
+        timer = Timer(torch.device(args.device), args.warmup, args.repeat)
+        require("rich.table")
+    except (ValueError, ImportError) as error:
+        parser.error(str(error))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available (use --device cpu)")
+    device = torch.device(args.device)
+    settings = Settings(device, timer, inductor=not args.no_inductor, tune=args.tune, seed=args.seed)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+
+    copy_gbs = copy_bandwidth(device, timer)
+    print(f"copy bandwidth: {copy_gbs:.0f} GB/s ({device_name})", file=sys.stderr)
+    rows = run([BENCHES[k] for k in kernels], dtypes, sizes, copy_gbs, settings)
+    print_table(rows, copy_gbs, device_name, args.tune)
+    if args.output:
+        meta = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "argv": sys.argv[1:] if argv is None else list(argv), "device": device.type,
+            "device_name": device_name, "copy_gbs": copy_gbs, "l2_bytes": l2_bytes(device),
+            "repeat": args.repeat, "warmup": args.warmup, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "python": platform.python_version(),
+        }
+        write_output(rows, args.output, meta)
+        print(f"results written to {args.output}")
+    print_summary(rows, device.type == "cuda")
+    return 1 if any(r.failed for r in rows) else 0
+
+
+def run(benches: list[KernelBench], dtypes: list[torch.dtype], sizes: list[tuple[int, int]], copy_gbs: float,
+        settings: Settings) -> list[Row]:
+    """`measure` every benchmark, dtype and size (flat ops once per element count),
+    with a progress line per row on stderr."""
+    rows: list[Row] = []
+    for bench in benches:
+        seen = set()
+        for dtype in dtypes:
+            for r, c in sizes:
+                key = (dtype, r * c) if bench.flat else (dtype, r, c)
+                if key in seen:
+                    continue
+                seen.add(key)
+                row = measure(bench, r, c, dtype, copy_gbs, settings)
+                rows.append(row)
+                print(f"{row.kernel:10s} {row.dtype:4s} {row.shape:>12s}: ours {_fmt(row.ours_gbs, '.0f')} GB/s "
+                      f"({_fmt(row.pct_of_copy, '.1f')}% of copy), inductor {_fmt(row.inductor_gbs, '.0f')} GB/s "
+                      f"[{row.status}]", file=sys.stderr)
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())

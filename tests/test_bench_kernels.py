@@ -1,0 +1,373 @@
+"""The DSL kernel benchmark: its kernels (`inductor_lite.bench.dsl_kernels`) and its
+CLI (`python -m inductor_lite.bench.kernels`).
+
+On CPU the kernels run in the interpreter: every launcher matches torch on fresh
+random inputs (fp32 and bf16, non-power-of-2 columns) through each kernel variant
+(pointwise, 2-D tiles, persistent with one or several rows per program, looped),
+writing into poisoned outputs; bad input raises a clear error; the CLI runs with tiny
+sizes, writes its CSV, and exits 1 when a kernel is wrong. On a GPU (``gpu`` marker)
+the kernels match torch at benchmark-like sizes and the harness times them.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import inductor_lite.dsl as dl
+from inductor_lite.bench import dsl_kernels as K
+from inductor_lite.bench import kernels as bench
+from inductor_lite.dsl import assembler, compiler
+
+REPO = Path(__file__).resolve().parents[1]
+DTYPES = (torch.float32, torch.bfloat16)
+needs_assembler = pytest.mark.skipif(not assembler.can_assemble(), reason="needs nvJitLink or ptxas")
+
+
+def _randn(*shape, dtype=torch.float32, scale=1.0, offset=0.0, gen=None, device="cpu"):
+    x = torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + offset
+    return x.to(dtype).to(device)
+
+
+def _assert_matches(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    """The harness's own check: within rtol(dtype) * (|want| + rms(want)), indices exact."""
+    problem = bench.compare(got.cpu(), want.cpu(), dtype, exact=not want.is_floating_point())
+    assert problem is None, problem
+
+
+def _reference(name: str, inputs: tuple) -> torch.Tensor:
+    """torch on fp64 inputs (argmax: int64 indices)."""
+    return bench.BENCHES[name].torch_fn(*[t.double() for t in inputs])
+
+
+def _inputs(name: str, rows: int, cols: int, dtype: torch.dtype, seed: int = 0, device: str = "cpu") -> tuple:
+    gen = torch.Generator(device).manual_seed(seed)
+    return bench.BENCHES[name].make_inputs(rows, cols, dtype, torch.device(device), gen)
+
+
+ROW_KERNELS = ("softmax", "layer_norm", "rms_norm", "row_sum", "row_argmax")
+ROW_CONFIGS = {
+    "default": None,
+    "one_row_per_program": K.RowConfig(1, 512, 4, True),
+    "several_rows_per_program": K.RowConfig(4, 512, 2, True),
+    "looped": K.RowConfig(1, 64, 2, False),
+}
+"""Configs that reach every row-kernel variant at 300 columns (default: 8 rows per program)."""
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("config", ROW_CONFIGS, ids=list(ROW_CONFIGS))
+@pytest.mark.parametrize("name", ROW_KERNELS)
+def test_row_kernel_matches_torch(name, config, dtype):
+    rows, cols = 11, 300
+    inputs = _inputs(name, rows, cols, dtype, seed=len(name))
+    want = _reference(name, inputs)
+    out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
+    result = bench.BENCHES[name].ours(*inputs, out=out, config=ROW_CONFIGS[config])
+    assert result is out
+    _assert_matches(out, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", ROW_KERNELS)
+@pytest.mark.parametrize("shape", [(3, 1), (2, 37), (64 + 3, 24), (5, 64), (128, 64), (2, 1500), (3, 2048)])
+def test_row_kernel_default_config_shapes(name, shape, dtype):
+    """One column, rows that do not fill the last program, full blocks (no masks), one
+    row per program."""
+    inputs = _inputs(name, *shape, dtype, seed=shape[1])
+    want = _reference(name, inputs)
+    _assert_matches(bench.BENCHES[name].ours(*inputs), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 300), (5, 1500), (8, 1024)])
+def test_pointwise_kernels_match_torch(shape, dtype):
+    for name in ("add", "bias_gelu"):
+        inputs = _inputs(name, *shape, dtype, seed=1)
+        want = _reference(name, inputs)
+        out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
+        bench.BENCHES[name].ours(*inputs, out=out)
+        _assert_matches(out, want, dtype)
+
+
+def test_pointwise_configs_cover_partial_blocks():
+    a, b = _randn(1000), _randn(1000)
+    _assert_matches(K.add(a, b, config=K.PointwiseConfig(256, 2)), a + b, torch.float32)
+    x, bias = _randn(9, 70), _randn(70)
+    got = K.bias_gelu(x, bias, config=K.TileConfig(4, 32, 2))  # 3 x 3 tiles, partial in both dims
+    _assert_matches(got, F.gelu(x + bias), torch.float32)
+
+
+@pytest.mark.parametrize("config", [None, K.RowConfig(1, 32, 1, False)], ids=["persistent", "looped"])
+def test_argmax_ties_nan_and_padding(config):
+    x = torch.randint(0, 3, (6, 70)).float() - 5.0  # all negative: padding must not win
+    x[1] = -1.0  # all tied: first index
+    x[2, 10] = x[2, 40] = float("nan")  # NaN is the maximum, first NaN wins
+    x[3, 69] = 100.0  # maximum in the last column
+    x[4, :] = float("-inf")  # torch: index 0
+    _assert_matches(K.row_argmax(x, config=config), x.argmax(-1), torch.float32)
+
+
+@pytest.mark.parametrize("config", [None, K.RowConfig(1, 32, 1, False)], ids=["persistent", "looped"])
+def test_softmax_large_values_and_inf(config):
+    x = _randn(4, 100, scale=30.0)
+    x[1, 5] = float("-inf")
+    x[2, 90:] = float("-inf")  # the looped kernel's last chunk holds only -inf and padding
+    _assert_matches(K.softmax(x, config=config), torch.softmax(x.double(), -1), torch.float32)
+
+
+def test_layer_norm_with_large_mean_keeps_precision():
+    """The two-pass variance does not cancel when the mean dwarfs the spread (the
+    one-pass E[x^2] - E[x]^2 loses every digit here; 1e-3 allows for the fp32 mean)."""
+    x = _randn(3, 500, offset=1000.0)
+    w, b = _randn(500), _randn(500)
+    want = F.layer_norm(x.double(), (500,), w.double(), b.double(), 1e-5)
+    for config in (None, K.RowConfig(1, 64, 2, False)):
+        torch.testing.assert_close(K.layer_norm(x, w, b, config=config).double(), want, rtol=1e-3, atol=1e-3)
+
+
+def test_empty_tensors_launch_nothing():
+    x = torch.empty(0, 16)
+    assert K.softmax(x).shape == (0, 16)
+    assert K.row_argmax(x).shape == (0,)
+    assert K.add(torch.empty(0), torch.empty(0)).shape == (0,)
+    assert K.bias_gelu(torch.empty(3, 0), torch.empty(0)).shape == (3, 0)
+
+
+def test_bad_input_raises_clear_errors():
+    x = _randn(4, 8)
+    with pytest.raises(TypeError, match="dtype torch.float64"):
+        K.softmax(x.double())
+    with pytest.raises(ValueError, match="contiguous"):
+        K.softmax(_randn(8, 4).t())
+    with pytest.raises(ValueError, match="2-D"):
+        K.row_sum(_randn(2, 3, 4))
+    with pytest.raises(ValueError, match="0 columns"):
+        K.row_sum(torch.empty(3, 0))
+    with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
+        K.layer_norm(x, _randn(7), _randn(8))
+    with pytest.raises(ValueError, match="cannot hold a row of 8 columns"):
+        K.softmax(x, config=K.RowConfig(1, 4, 1, True))
+    with pytest.raises(ValueError, match="XBLOCK == 1"):
+        K.softmax(x, config=K.RowConfig(2, 4, 1, False))
+    with pytest.raises(ValueError, match="out must be"):
+        K.softmax(x, out=torch.empty(4, 8, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="must match"):
+        K.add(_randn(4), _randn(5))
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        K.add([1.0], _randn(1))
+
+
+@pytest.mark.parametrize("element_size", [2, 4])
+def test_configs_are_valid(element_size):
+    for cols in (1, 5, 37, 300, 1024, 1025, 4096, 5120, 32768, 32769, 100_000):
+        for config in K.row_candidates(cols, element_size):
+            assert config.num_warps in (1, 2, 4, 8, 16, 32)
+            assert K.next_power_of_2(config.RBLOCK) == config.RBLOCK
+            assert config.RBLOCK >= cols if config.persistent else config.XBLOCK == 1
+        assert K.row_candidates(cols, element_size)[0] == K.row_config(cols, element_size)
+    assert K.row_config(1024, element_size) == K.RowConfig(4, 1024, 4, True)
+    assert K.row_config(32768, element_size) == K.RowConfig(1, 32768, 16, True)
+    assert not K.row_config(32769, element_size).persistent
+    for n in (1, 1000, 1 << 25):
+        assert K.pointwise_candidates(n, element_size)[0] == K.pointwise_config(n, element_size)
+        assert K.pointwise_config(n, element_size).XBLOCK <= K.next_power_of_2(n)
+    assert K.tile_candidates(9, 70, element_size)[0] == K.tile_config(9, 70, element_size)
+
+
+def _captured_launches(name: str, rows: int, cols: int, dtype: torch.dtype, monkeypatch) -> list[tuple]:
+    """The (kernel, args, constexprs, num_warps) the launcher of ``name`` would run,
+    captured instead of run (the inputs are uninitialised: only their shapes count)."""
+    launches = []
+    monkeypatch.setattr(dl.Kernel, "run", lambda self, grid, args, constexprs, num_warps=None:
+                        launches.append((self, tuple(args), dict(constexprs), num_warps)))
+    spec = bench.BENCHES[name]
+    like = spec.make_inputs(2, cols, dtype, torch.device("cpu"), torch.Generator().manual_seed(0))
+    # Rows (2-D inputs) or elements (flat inputs) scaled up to the real size.
+    inputs = [torch.empty(rows * cols if spec.flat else (rows, cols) if t.dim() == 2 else t.shape, dtype=dtype)
+              for t in like]
+    spec.ours(*inputs)
+    return launches
+
+
+@needs_assembler
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", list(bench.BENCHES))
+def test_benchmark_launches_compile_with_16_byte_loads(name, dtype, monkeypatch):
+    """At the benchmark's sizes (and a looped width) each kernel compiles for sm_90,
+    assembles, and reads global memory only in 16-byte vectors."""
+    for rows, cols in bench.SIZES["small"] + [(8, 40000)]:
+        (kernel, args, constexprs, num_warps), = _captured_launches(name, rows, cols, dtype, monkeypatch)
+        fn = kernel.build_ir(kernel.specialize(args, constexprs))
+        ptx = compiler.compile_ptx(fn, cc=(9, 0), num_warps=num_warps).ptx
+        assembler.check_ptx_assembles(ptx, (9, 0))
+        loads = re.findall(r"ld\.global\S*", ptx)
+        assert loads and all(".v4." in ld for ld in loads), (kernel.name, rows, cols, sorted(set(loads)))
+
+
+def test_masks_are_left_out_only_for_full_blocks(monkeypatch):
+    def no_mask(name, rows, cols):
+        (_, _, constexprs, _), = _captured_launches(name, rows, cols, torch.float32, monkeypatch)
+        return constexprs["NO_MASK"]
+
+    assert no_mask("softmax", 8, 1024) and no_mask("row_sum", 2, 4096)
+    assert not no_mask("softmax", 6, 1024)  # 4 rows per program
+    assert not no_mask("layer_norm", 8, 1000)  # RBLOCK 1024
+    assert no_mask("add", 4, 1024) and not no_mask("add", 3, 1000)
+    assert no_mask("bias_gelu", 8, 1024) and not no_mask("bias_gelu", 3, 1024)
+
+
+def test_compare_flags_nan_wrong_and_shape():
+    ref = torch.randn(100, dtype=torch.float64)
+    assert bench.compare(ref.float(), ref, torch.float32, exact=False) is None
+    bad = ref.float().clone()
+    bad[7] = float("nan")
+    assert "1/100 wrong, first at (7,)" in bench.compare(bad, ref, torch.float32, exact=False)
+    assert bench.compare((ref * 1.001).float(), ref, torch.float32, exact=False)
+    assert bench.compare((ref * 1.001).bfloat16(), ref, torch.bfloat16, exact=False) is None
+    assert "shape" in bench.compare(ref[:5], ref, torch.float32, exact=False)
+    idx = torch.arange(5)
+    assert bench.compare(idx, idx.clone(), torch.float32, exact=True) is None
+    assert bench.compare(idx.flip(0), idx, torch.float32, exact=True)
+
+
+def test_parse_sizes_and_rotation():
+    assert bench.parse_sizes("small") == bench.SIZES["small"]
+    assert bench.parse_sizes("4096x1024, 2X3") == [(4096, 1024), (2, 3)]
+    for bad in ("huge", "4096", "0x5", ""):
+        with pytest.raises(ValueError):
+            bench.parse_sizes(bad)
+    x = torch.zeros(4)
+    assert len(bench.rotation_sets((x,), 16, l2=0)) == 1
+    sets = bench.rotation_sets((x,), 100, l2=1000)  # 3 x 1000 bytes / 100 bytes per call
+    assert len(sets) == 30 and sets[0][0] is x and sets[1][0] is not x
+
+
+class _FakeEvent:
+    """A CUDA event stand-in stamped with the host clock when recorded."""
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+def test_cuda_timer_interleaves_batches_of_event_pairs(monkeypatch):
+    """The CUDA path with the driver faked out: every timed call sits between two
+    events, batches of the contenders alternate, and each gets its own median."""
+    sleeps, order = [], []
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", sleeps.append)
+    timer = bench.Timer(torch.device("cuda"), warmup=2, repeat=60)
+
+    def call(name, seconds):
+        order.append(name)
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            pass
+
+    fast = [lambda: call("fast", 1e-4)]
+    slow = [lambda: call("slow_a", 1e-3), lambda: call("slow_b", 1e-3)]
+    t_fast, t_slow = timer.median_seconds([fast, slow])
+    assert 1e-4 <= t_fast < 5e-4 and 1e-3 <= t_slow < 3e-3
+    timed = order[2 * 2 + 3 + 3:]  # after the warm-up and the host-cost probes
+    assert timed[:25] == ["fast"] * 25 and timed[25:50] == ["slow_a", "slow_b"] * 12 + ["slow_a"]
+    assert len(timed) == 2 * 60 and len(sleeps) == 2 + 2 * 3  # clock calibration, then one per batch
+    assert all(isinstance(c, int) and c > 0 for c in sleeps)
+
+
+def _run_cli(tmp_path, *extra) -> tuple[int, list[dict]]:
+    out = tmp_path / "results.csv"
+    argv = ["--device", "cpu", "--sizes", "3x37,2x300", "--no-inductor", "--repeat", "2", "--warmup", "1",
+            "--output", str(out), *extra]
+    status = bench.main(argv)
+    with open(out, newline="") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == [f.name for f in dataclasses.fields(bench.Row)]
+        return status, list(reader)
+
+
+def test_cli_writes_csv(tmp_path, capsys):
+    status, rows = _run_cli(tmp_path)
+    assert status == 0
+    assert len(rows) == len(bench.BENCHES) * 2 * 2  # kernels x dtypes x sizes
+    for row in rows:
+        assert row["status"] == bench.STATUS_OK, row
+        assert float(row["ours_gbs"]) > 0 and float(row["eager_gbs"]) > 0 and float(row["copy_gbs"]) > 0
+        assert row["inductor_gbs"] == ""
+    printed = capsys.readouterr().out
+    assert "correctness failures: 0" in printed.splitlines()[-1]
+
+
+def test_cli_exits_nonzero_when_a_kernel_is_wrong(tmp_path, monkeypatch):
+    def wrong_softmax(x, out=None, config=None):
+        return K.softmax(x, out=out, config=config).mul_(1.01)
+
+    monkeypatch.setitem(bench.BENCHES, "softmax", dataclasses.replace(bench.BENCHES["softmax"], ours=wrong_softmax))
+    status, rows = _run_cli(tmp_path, "--kernels", "softmax,row_sum", "--dtypes", "fp32")
+    assert status == 1
+    by_kernel = {(r["kernel"], r["shape"]): r for r in rows}
+    assert by_kernel["softmax", "3x37"]["status"] == bench.STATUS_FAIL
+    assert "ours mismatch" in by_kernel["softmax", "3x37"]["note"]
+    assert by_kernel["softmax", "3x37"]["ours_gbs"] == ""  # a wrong kernel is not timed
+    assert by_kernel["row_sum", "3x37"]["status"] == bench.STATUS_OK
+
+
+def test_cli_module_entry_point_and_bad_arguments(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "inductor_lite.bench.kernels", "--device", "cpu", "--no-inductor"]
+    proc = subprocess.run(cmd + ["--kernels", "add", "--dtypes", "bf16", "--sizes", "2x8", "--repeat", "1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "correctness failures: 0" in proc.stdout
+    proc = subprocess.run(cmd + ["--kernels", "matmul"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "unknown kernel(s) ['matmul']" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", list(bench.BENCHES))
+def test_kernels_on_gpu(name, dtype):
+    """Every variant at benchmark-like widths, including the 32768-column persistent
+    kernels and the looped ones, matches torch on the device."""
+    shapes = [(300, 1000), (64, 4096), (16, 32768), (8, 40000)]
+    for rows, cols in shapes:
+        inputs = _inputs(name, rows, cols, dtype, seed=rows, device="cuda")
+        want = _reference(name, inputs)
+        out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
+        bench.BENCHES[name].ours(*inputs, out=out)
+        torch.cuda.synchronize()
+        _assert_matches(out, want, dtype)
+
+
+@pytest.mark.gpu
+def test_harness_times_on_gpu():
+    device = torch.device("cuda")
+    settings = bench.Settings(device, bench.Timer(device, warmup=2, repeat=30), inductor=False)
+    copy_gbs = bench.copy_bandwidth(device, settings.timer)
+    assert copy_gbs > 100
+    row = bench.measure(bench.BENCHES["softmax"], 4096, 1024, torch.float32, copy_gbs, settings)
+    assert row.status == bench.STATUS_OK, row.note
+    assert 0 < row.ours_gbs < 2 * copy_gbs and 0 < row.eager_gbs < 2 * copy_gbs
