@@ -5,8 +5,11 @@ layout's fastest dim and, by the axis analysis, consecutive and aligned in memor
 under one mask value, go through one access of up to 16 bytes (``ld.global.v4.b32``
 for fp32, eight fp16/bf16 as four 32-bit words, two fp64 as ``v2.b64``).
 
-Unmasked accesses are plain LLVM vector loads/stores (the optimiser sees them).
-Masked ones are predicated PTX, as Triton does: the ``other`` value is moved into
+Unmasked accesses are plain LLVM vector loads/stores (the optimiser sees them),
+except loads of elements narrower than 32 bits in groups: those are PTX words split
+by shifts, because LLVM would otherwise narrow them to 16-bit loads, vectorize those
+again, and unpack each bf16 with two instructions instead of one. Masked accesses
+are predicated PTX, as Triton does: the ``other`` value is moved into
 the destination registers first, then ``@p ld.global...`` overwrites them where the
 mask holds. Stores from threads that only hold copies of elements (replicated
 layouts) are masked off, so each element is written once.
@@ -80,17 +83,18 @@ class MemoryCodegen:
         return [self.b.extract_element(words, llir.Constant(I32, i)) for i in range(n)]
 
     def _unpack(self, words: list[llir.Value], bits: int, vec: int, t: llir.Type) -> list[llir.Value]:
-        word, n = _word_shape(bits, vec)
+        word, _ = _word_shape(bits, vec)
         if word == bits:
             return [self._from_int(w, t) for w in words]
-        if n == 1:
-            v = self.b.bitcast(words[0], llir.VectorType(llir.IntType(bits), vec))
-        else:
-            packed = llir.Constant(llir.VectorType(llir.IntType(word), n), None)
-            for i, w in enumerate(words):
-                packed = self.b.insert_element(packed, w, llir.Constant(I32, i))
-            v = self.b.bitcast(packed, llir.VectorType(llir.IntType(bits), vec))
-        return [self._from_int(self.b.extract_element(v, llir.Constant(I32, i)), t) for i in range(vec)]
+        # Shift and truncate rather than bitcast to a vector: LLVM then folds the
+        # later widening (bf16 -> fp32 is a shift left by 16) into one and/shift.
+        elem = llir.IntType(bits)
+        out = []
+        for w in words:
+            for k in range(word // bits):
+                part = w if k == 0 else self.b.lshr(w, llir.Constant(w.type, k * bits))
+                out.append(self._from_int(self.b.trunc(part, elem), t))
+        return out
 
     @staticmethod
     def _word_value(word: int, x: llir.Value, b: llir.IRBuilder) -> llir.Value:
@@ -106,14 +110,15 @@ class MemoryCodegen:
         dst = outs[0] if n == 1 else "{" + ", ".join(outs) + "}"
         vs = "" if n == 1 else f".v{n}"
         asm = ""
-        args = [ptr, pred]
-        constraints = [f"={c}"] * n + ["l", "b"]
+        args = [ptr] if pred is None else [ptr, pred]
+        constraints = [f"={c}"] * n + ["l"] + ([] if pred is None else ["b"])
         if others is not None:
             for i, o in enumerate(others):
-                asm += f"mov.b{reg_bits} ${i}, ${n + 2 + i};\n\t"
+                asm += f"mov.b{reg_bits} ${i}, ${n + len(args)};\n\t"
                 args.append(self._word_value(word, o, self.b))
                 constraints.append(c)
-        asm += f"@${n + 1} ld.global{vs}.b{word} {dst}, [${n}];"
+        guard = "" if pred is None else f"@${n + 1} "
+        asm += f"{guard}ld.global{vs}.b{word} {dst}, [${n}];"
         ret = rt if n == 1 else llir.LiteralStructType([rt] * n)
         fty = llir.FunctionType(ret, [a.type for a in args])
         res = self.b.call(llir.InlineAsm(fty, asm, ",".join(constraints), side_effect=True), args)
@@ -135,12 +140,12 @@ class MemoryCodegen:
         """Load ``vec`` consecutive elements at ``ptr`` (predicated by ``pred`` if given)."""
         mt = mem_type(elem)
         bits = 8 * element_bytes(elem)
-        if pred is None:
+        word, n = _word_shape(bits, vec)
+        if pred is None and word == bits:
             t = mt if vec == 1 else llir.VectorType(mt, vec)
             v = self.b.load(ptr, typ=t, align=vec * element_bytes(elem), name=name)
             elems = [v] if vec == 1 else [self.b.extract_element(v, llir.Constant(I32, i)) for i in range(vec)]
         else:
-            word, n = _word_shape(bits, vec)
             other_words = None
             if others is not None:
                 other_words = self._pack([self.to_memory(o, elem) for o in others], bits)

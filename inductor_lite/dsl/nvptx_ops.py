@@ -12,8 +12,12 @@ All transcendental math goes through libdevice (``__nv_*``): NVPTX cannot lower 
 uses ``llvm.sqrt`` (lowered to IEEE ``sqrt.rn``; libdevice's version would follow
 ``__CUDA_PREC_SQRT``, which NVVMReflect resolves to the approximate one).
 
-bfloat16 lives in registers as its ``i16`` bit pattern (llvmlite has no bfloat type);
-fp16 as LLVM ``half``. Arithmetic on either is done in fp32.
+bfloat16 lives in registers as its ``i16`` bit pattern; fp16 as LLVM ``half``.
+Arithmetic on either is done in fp32. fp32->bf16 is an LLVM ``fptrunc`` to ``bfloat``
+(`BF16`), so LLVM picks the target's instructions: ``cvt.rn.bf16x2.f32`` /
+``cvt.rn.bf16.f32`` on sm_80+ (a NaN becomes the canonical 0x7FFF; torch writes
+0x7FC0, also a NaN), integer rounding on sm_75. bf16->fp32 is a shift left by 16,
+which LLVM folds with the unpacking of loaded words into one instruction.
 """
 
 from __future__ import annotations
@@ -27,6 +31,23 @@ from . import ir
 I1, I8, I16, I32, I64 = (llir.IntType(n) for n in (1, 8, 16, 32, 64))
 F16, F32, F64 = llir.HalfType(), llir.FloatType(), llir.DoubleType()
 GLOBAL_PTR = llir.PointerType(addrspace=1)
+
+
+class _BFloatType(llir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no class for it). Registers hold bf16 as ``i16``;
+    this type only appears around conversions, so LLVM sees them as float casts."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _BFloatType)
+
+    def __hash__(self) -> int:
+        return hash(_BFloatType)
+
+
+BF16 = _BFloatType()
 SHARED_PTR = llir.PointerType(addrspace=3)
 
 
@@ -116,12 +137,10 @@ class ScalarCodegen:
 
     def from_f32(self, x: llir.Value, t: ir.DType) -> llir.Value:
         if t.name == "bfloat16":
-            bits = self.b.bitcast(x, I32)
-            lsb = self.b.and_(self.b.lshr(bits, llir.Constant(I32, 16)), llir.Constant(I32, 1))
-            rounded = self.b.add(bits, self.b.add(lsb, llir.Constant(I32, 0x7FFF)))
-            narrow = self.b.trunc(self.b.lshr(rounded, llir.Constant(I32, 16)), I16)
-            is_nan = self.b.fcmp_unordered("uno", x, x)
-            return self.b.select(is_nan, llir.Constant(I16, 0x7FC0), narrow)
+            # LLVM picks the instructions for the target: cvt.rn.bf16.f32 on sm_80+
+            # (paired into cvt.rn.bf16x2.f32 where two are packed), integer rounding on
+            # sm_75.
+            return self.b.bitcast(self.b.fptrunc(x, BF16), I16)
         if t.name == "float16":
             return self.b.fptrunc(x, F16)
         return x
