@@ -138,6 +138,89 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps,
 
 
 @dl.kernel
+def layernorm_welford_kernel(x_ptr, w_ptr, b_ptr, out_ptr, mean_ptr, rstd_ptr, rows, cols, eps,
+                             XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    # Persistent: each row whole in one block, statistics in one Welford pass.
+    row1 = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)
+    row = row1[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    cmask = col < cols
+    mask = (row < rows) & cmask
+    x = dl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(dl.float32)
+    mean, m2, weight = dl.welford(x, 0.0, mask, 1)
+    rstd = dl.rsqrt(m2 / weight + eps)
+    w = dl.load(w_ptr + col, mask=cmask, other=0.0)
+    b = dl.load(b_ptr + col, mask=cmask, other=0.0)
+    dl.store(out_ptr + row * cols + col, (x - mean[:, None]) * rstd[:, None] * w + b, mask=mask)
+    dl.store(mean_ptr + row1, mean, mask=row1 < rows)
+    dl.store(rstd_ptr + row1, rstd, mask=row1 < rows)
+
+
+@dl.kernel
+def layernorm_welford_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps,
+                                    XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    # Looped: per-lane running states over RBLOCK-wide chunks, reduced after the loop;
+    # a second pass normalises.
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    rmask = row < rows
+    mean = dl.zeros([XBLOCK, RBLOCK], dl.float32)
+    m2 = dl.zeros([XBLOCK, RBLOCK], dl.float32)
+    weight = dl.zeros([XBLOCK, RBLOCK], dl.float32)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)[None, :]
+        mask = rmask & (col < cols)
+        x = dl.load(x_ptr + row * cols + col, mask=mask, other=0.0)
+        mean, m2, weight = dl.welford_combine(mean, m2, weight, x, 0.0, mask)
+    mean, m2, weight = dl.welford(mean, m2, weight, 1, keep_dims=True)
+    rstd = dl.rsqrt(m2 / weight + eps)
+    for start in range(0, cols, RBLOCK):
+        col = start + dl.arange(0, RBLOCK)[None, :]
+        cmask = col < cols
+        mask = rmask & cmask
+        x = dl.load(x_ptr + row * cols + col, mask=mask, other=0.0)
+        w = dl.load(w_ptr + col, mask=cmask, other=0.0)
+        b = dl.load(b_ptr + col, mask=cmask, other=0.0)
+        dl.store(out_ptr + row * cols + col, (x - mean) * rstd * w + b, mask=mask)
+
+
+@dl.kernel
+def row_var_kernel(x_ptr, mean_ptr, var_ptr, rows, cols, CORRECTION: dl.constexpr,
+                   XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    # Mean and variance along rows (torch.var_mean with ``correction``), in the input's
+    # compute type (fp64 stays fp64).
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    rmask = row < rows
+    mask = rmask & (col < cols)
+    x = dl.load(x_ptr + row * cols + col, mask=mask, other=0.0)
+    mean, m2, n = dl.welford(x, 0.0, mask, 1, keep_dims=True)
+    dl.store(mean_ptr + row, mean, mask=rmask)
+    dl.store(var_ptr + row, m2 / (n - CORRECTION), mask=rmask)
+
+
+@dl.kernel
+def welford_states_kernel(mean_ptr, m2_ptr, w_ptr, mean_out, m2_out, w_out, n, K: dl.constexpr,
+                          AXIS: dl.constexpr, BLOCK: dl.constexpr):
+    # Merges the K Welford states of each of n rows (stored [n, K]): with AXIS through
+    # the reduction, else (K == 2) through the elementwise combine.
+    row = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = row < n
+    if AXIS:
+        offs = row[:, None] * K + dl.arange(0, K)[None, :]
+        m = mask[:, None]
+        mean, m2, w = dl.welford(dl.load(mean_ptr + offs, mask=m), dl.load(m2_ptr + offs, mask=m),
+                                 dl.load(w_ptr + offs, mask=m), 1)
+    else:
+        a, b = row * 2, row * 2 + 1
+        mean, m2, w = dl.welford_combine(
+            dl.load(mean_ptr + a, mask=mask), dl.load(m2_ptr + a, mask=mask), dl.load(w_ptr + a, mask=mask),
+            dl.load(mean_ptr + b, mask=mask), dl.load(m2_ptr + b, mask=mask), dl.load(w_ptr + b, mask=mask))
+    dl.store(mean_out + row, mean, mask=mask)
+    dl.store(m2_out + row, m2, mask=mask)
+    dl.store(w_out + row, w, mask=mask)
+
+
+@dl.kernel
 def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
     col = dl.arange(0, RBLOCK)[None, :]
@@ -460,6 +543,8 @@ def _row_cases(c: _Builder) -> None:
         c.add(f"rmsnorm_{dtype}_{rows}x{cols}", rmsnorm_kernel, (x, w, None, rows, cols, 1e-6),
               {"XBLOCK": 2, "RBLOCK": 128}, _grid1(rows, 2), {2: want})
 
+    _welford_cases(c)
+
     x = c.randn(37, 300)
     c.add("row_sum_looped", row_sum_looped_kernel, (x, None, 37, 300), {"XBLOCK": 8, "RBLOCK": 64},
           lambda meta: (dl.cdiv(37, meta["XBLOCK"]),), {1: x.sum(1)})
@@ -491,6 +576,62 @@ def _row_cases(c: _Builder) -> None:
     x[1, 7] = x[4, 0] = x[4, 39] = float("nan")
     c.add("row_max_nan", row_max_kernel, (x, None, None, 6, 40), {"XBLOCK": 2, "RBLOCK": 64}, _grid1(6, 2),
           {1: x.amax(1), 2: x.amin(1)})
+
+
+def _welford_state_data(c: _Builder, n: int, k: int, max_len: int = 9):
+    """Welford states of ``n * k`` random groups of 0 to ``max_len`` values (float32,
+    [n, k]; empty groups are (0, 0, 0), and all groups of row 0 are empty) and the
+    states of each row's union ([n], computed in float64)."""
+    x = c.randn(n, k, max_len, dtype=torch.float64, scale=2.0, offset=1.0)
+    counts = c.randint(0, max_len + 1, n, k, dtype=torch.int64)
+    counts[0] = 0
+    counts[1:, 0] = torch.where(torch.arange(n - 1, device=c.device) % 3 == 0, 0, counts[1:, 0])
+
+    def states(values, valid, dims):
+        w = valid.sum(dims).double()
+        mean = torch.where(w > 0, (values * valid).sum(dims) / w.clamp(min=1), 0.0)
+        dev = (values - mean.reshape(mean.shape + (1,) * len(dims))) * valid
+        return mean, (dev * dev).sum(dims), w
+
+    valid = torch.arange(max_len, device=c.device) < counts[..., None]
+    groups = [t.float() for t in states(x, valid, (2,))]
+    union = [t.float() for t in states(x, valid, (1, 2))]
+    return groups, union
+
+
+def _welford_cases(c: _Builder) -> None:
+    for k, axis in [(2, False), (2, True), (16, True)]:
+        n = 50
+        (mean, m2, w), want = _welford_state_data(c, n, k)
+        c.add(f"welford_states_k{k}_{'axis' if axis else 'combine'}", welford_states_kernel,
+              (mean, m2, w, None, None, None, n), {"K": k, "AXIS": axis, "BLOCK": 32}, _grid1(n, 32),
+              {3: want[0], 4: want[1], 5: want[2]})
+    for dtype, rows, cols in [(torch.float32, 37, 100), (torch.bfloat16, 5, 17), (torch.float32, 3, 1)]:
+        x = c.randn(rows, cols, dtype=dtype, scale=3.0, offset=1.0)
+        w, b = c.randn(cols, dtype=dtype), c.randn(cols, dtype=dtype)
+        xf = x.float()
+        want = F.layer_norm(xf, (cols,), w.float(), b.float(), 1e-5).to(dtype)
+        var, mean = torch.var_mean(xf, 1, correction=0)
+        c.add(f"layernorm_welford_{dtype}_{rows}x{cols}", layernorm_welford_kernel,
+              (x, w, b, None, None, None, rows, cols, 1e-5), {"XBLOCK": 4, "RBLOCK": 128}, _grid1(rows, 4),
+              {3: want, 4: mean, 5: torch.rsqrt(var + 1e-5)})
+    for dtype, rows, cols, rblock in [(torch.float32, 19, 300, 64), (torch.bfloat16, 6, 1000, 256),
+                                      (torch.float32, 2, 7, 16)]:
+        x = c.randn(rows, cols, dtype=dtype, scale=2.0, offset=-1.0)
+        w, b = c.randn(cols, dtype=dtype), c.randn(cols, dtype=dtype)
+        want = F.layer_norm(x.float(), (cols,), w.float(), b.float(), 1e-5).to(dtype)
+        c.add(f"layernorm_welford_looped_{dtype}_{rows}x{cols}", layernorm_welford_looped_kernel,
+              (x, w, b, None, rows, cols, 1e-5), {"XBLOCK": 2, "RBLOCK": rblock}, _grid1(rows, 2), {3: want})
+    for dtype, rows, cols, correction, xblock, rblock, warps in [
+        (torch.float32, 33, 70, 1, 4, 128, None), (torch.bfloat16, 9, 50, 0, 2, 64, None),
+        (torch.float64, 5, 200, 1, 2, 256, None), (torch.float32, 3, 2000, 1, 1, 2048, 8),
+    ]:
+        x = c.randn(rows, cols, dtype=dtype, scale=3.0, offset=1.0)
+        stat = torch.float64 if dtype == torch.float64 else torch.float32
+        var, mean = torch.var_mean(x.to(stat), 1, correction=correction)
+        c.add(f"row_var_{dtype}_{rows}x{cols}", row_var_kernel, (x, mean, var, rows, cols),
+              {"CORRECTION": correction, "XBLOCK": xblock, "RBLOCK": rblock}, _grid1(rows, xblock),
+              {1: mean, 2: var}, num_warps=warps)
 
 
 def _misc_cases(c: _Builder) -> None:

@@ -105,6 +105,56 @@ def test_verifier_rejects_half_arithmetic():
 
 
 @dl.kernel
+def welford_ir_kernel(x_ptr, out_ptr, KEEP: dl.constexpr):
+    x = dl.load(x_ptr + dl.arange(0, 4)[:, None] * 8 + dl.arange(0, 8)[None, :])
+    mean, m2, w = dl.welford_combine(x, 0.0, 1, x, x, True)
+    mean, m2, w = dl.welford(mean, m2, w, -1, keep_dims=KEEP)
+    total = mean + m2 + w
+    dl.store(out_ptr + dl.arange(0, 4)[:, None], total if KEEP else total[:, None])
+
+
+@pytest.mark.parametrize("x, compute", [("fp16", dl.float32), ("bf16", dl.float32), ("i32", dl.float32),
+                                        ("fp32", dl.float32), ("fp64", dl.float64)])
+def test_welford_ir(x, compute):
+    fn = build(welford_ir_kernel, {"x_ptr": "*" + x, "out_ptr": "*fp32"}, KEEP=True)
+    combine, reduce = ops(fn, "welford_combine")
+    # Elementwise form: 6 operands (numbers and int1 included) of one float type and shape, no axis.
+    assert "axis" not in combine.attrs and len(combine.operands) == 6
+    assert {v.type for v in combine.operands + combine.results} == {ir.BlockType(compute, (4, 8))}
+    # Reduction form: the 3 states, a normalised axis, results without it.
+    assert reduce.attrs == {"axis": 1} and reduce.operands == combine.results
+    assert [r.type for r in reduce.results] == [ir.BlockType(compute, (4,))] * 3
+    kept = [op for op in ops(fn, "expand_dims") if op.operands[0] in reduce.results]
+    assert [op.attrs["axis"] for op in kept] == [1, 1, 1]  # keep_dims
+    fn = build(welford_ir_kernel, {"x_ptr": "*" + x, "out_ptr": "*fp32"}, KEEP=False)
+    (reduce,) = [op for op in ops(fn, "welford_combine") if "axis" in op.attrs]
+    assert not [op for op in ops(fn, "expand_dims") if op.operands[0] in reduce.results]
+
+
+def _welford_fn(operand_types, result_types, axis=None) -> ir.Function:
+    args = [ir.Value(t) for t in operand_types]
+    attrs = {} if axis is None else {"axis": axis}
+    op = ir.Op("welford_combine", args, [ir.Value(t) for t in result_types], attrs)
+    return ir.Function("w", [ir.ArgSpec(f"a{i}", t) for i, t in enumerate(operand_types)], args, ir.Block([op]))
+
+
+def test_verifier_checks_both_welford_forms():
+    f32, f16 = ir.BlockType(dl.float32), ir.BlockType(dl.float16)
+    verify(_welford_fn([f32] * 6, [f32] * 3))
+    for operands, results, axis, match in [
+        ([f32] * 3, [f32] * 3, None, "6 operands"),
+        ([f32] * 6, [f32] * 3, 0, "3 operands"),
+        ([f32] * 3, [f32] * 3, 0, "axis 0 for float32"),  # scalars have no axis
+        ([f16] * 6, [f16] * 3, None, "fp32 or fp64"),
+        ([f32] * 5 + [ir.BlockType(dl.float64)], [f32] * 3, None, "one fp32 or fp64 type"),
+        ([f32] * 6, [f32] * 2, None, "3 result"),
+        ([f32] * 6, [f32, f32, ir.BlockType(dl.float64)], None, "results must be float32"),
+    ]:
+        with pytest.raises(VerificationError, match=match):
+            verify(_welford_fn(operands, results, axis))
+
+
+@dl.kernel
 def loop_kernel(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
     acc = 0.0
     count = 0
@@ -298,6 +348,13 @@ ERRORS = {
     "assert_false": ("assert 1 == 2, 'nope'", "assertion failed: nope"),
     "store_grows_pointer": ("dl.store(x_ptr, dl.arange(0, 4))", "must broadcast to the pointer block's shape"),
     "block_and": ("y = (dl.arange(0, 4) > 1) and (n > 1)", "`and` needs scalars"),
+    "welford_scalars": ("y = dl.welford(n, 0.0, 1.0, 0)", "dl.welford needs a block, got only scalars"),
+    "welford_axis": ("y = dl.welford(dl.arange(0, 4), 0.0, 1.0, 1)", "axis 1 is out of range"),
+    "welford_pointer": ("y = dl.welford_combine(x_ptr, 0.0, 1, n, 0.0, 1)", "dl.welford_combine is not defined on "
+                                                                             "pointers"),
+    "welford_shapes": ("y = dl.welford(dl.arange(0, 4), dl.arange(0, 8), 1, 0)", r"cannot broadcast shapes"),
+    "welford_unpack": ("a, b = dl.welford(dl.arange(0, 4), 0.0, 1.0, 0)", "cannot unpack 3 values into 2 names"),
+    "welford_arity": ("y = dl.welford_combine(n, 0.0, 1.0)", r"dl.welford_combine\(\): missing a required argument"),
 }
 
 

@@ -199,3 +199,14 @@ def test_stubs_raise_outside_kernels_and_cdiv_works_everywhere():
     with pytest.raises(RuntimeError, match="dl.exp"):
         dl.exp(1.0)
     assert dl.cdiv(10, 4) == 3 and dl.cdiv(0, 4) == 0 and dl.cdiv(8, 4) == 2
+
+
+@pytest.mark.parametrize("n", [1, 5, 8])
+def test_welford_tree_reduction_matches_two_pass_statistics(n):
+    # Odd lengths (IR from outside the DSL) are padded with a weight-0 state.
+    x = torch.randn(3, n, dtype=torch.float64) * 2 + 1
+    mean, m2, w = interpreter._welford_reduce(x, torch.zeros_like(x), torch.ones_like(x), dim=1)
+    var, want_mean = torch.var_mean(x, 1, correction=0)
+    torch.testing.assert_close(mean, want_mean)
+    torch.testing.assert_close(m2 / n, var)
+    assert torch.equal(w, torch.full((3,), float(n), dtype=torch.float64))

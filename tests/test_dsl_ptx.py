@@ -1,14 +1,17 @@
 """Tests of the DSL's NVPTX compiler: block IR -> LLVM IR -> PTX -> cubin.
 
 On CPU: every corpus kernel (tests/dsl_corpus.py) and the kernels below compile for
-sm_80 and sm_90 and assemble (nvJitLink or ptxas); the PTX uses 16-byte accesses
-where the axis analysis can prove them and not elsewhere; layouts place every
-element; errors name the kernel. On a GPU (``gpu`` marker): every case runs and
-matches torch.
+sm_80 and sm_90 and assemble (nvJitLink or ptxas), a representative set for every
+``num_warps`` in 1..32; the PTX uses 16-byte accesses where the axis analysis can
+prove them and not elsewhere, and 64-bit index math for int64 indices; layouts place
+every element; errors name the kernel. On a GPU (``gpu`` marker): every case runs and
+matches torch (the representative set under every ``num_warps``), and a kernel runs
+over 2**31 + 17 elements.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -19,7 +22,7 @@ import pytest
 import torch
 
 import inductor_lite.dsl as dl
-from inductor_lite.dsl import assembler, axis_info, compiler, ir, libdevice
+from inductor_lite.dsl import assembler, axis_info, compiler, ir, libdevice, nvptx
 from inductor_lite.dsl.layout import BlockedLayout, SliceLayout, default_blocked_layout, distribute
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,14 +64,6 @@ class FnBuilder:
     def arange(self, n):
         return self.op("arange", [], [ir.BlockType(ir.int32, (n,))], start=0, end=n)
 
-    def expand(self, x, axis):
-        shape = list(x.type.shape)
-        shape.insert(axis, 1)
-        return self.op("expand_dims", [x], [x.type.with_shape(tuple(shape))], axis=axis)
-
-    def bcast(self, x, shape):
-        return self.op("broadcast", [x], [x.type.with_shape(shape)])
-
     def binary(self, kind, a, b):
         return self.op("binary", [a, b], [a.type], op=kind)
 
@@ -80,34 +75,6 @@ class FnBuilder:
 
     def function(self) -> ir.Function:
         return ir.Function(self.name, self.args, self.values, ir.Block(self.ops))
-
-
-def welford_kernel(rows: int, cols: int, elementwise: bool) -> ir.Function:
-    """Row mean/M2 of a [rows, cols] fp32 tensor (one program); ``elementwise`` first
-    combines the two column halves with the 6-operand form, then reduces the rest."""
-    b = FnBuilder(f"welford_{'ew' if elementwise else 'axis'}")
-    x_ptr = b.arg("x_ptr", ir.float32, ptr=True, div16=True)
-    mean_ptr = b.arg("mean_ptr", ir.float32, ptr=True, div16=True)
-    m2_ptr = b.arg("m2_ptr", ir.float32, ptr=True, div16=True)
-    width = cols // 2 if elementwise else cols
-    shape = (rows, width)
-    row = b.expand(b.arange(rows), 1)
-    col = b.expand(b.arange(width), 0)
-    index = b.binary("add", b.bcast(b.binary("mul", row, b.const(cols, ir.int32, (rows, 1))), shape),
-                     b.bcast(col, shape))
-    mean = b.load(b.binary("add", b.splat(x_ptr, shape), index))
-    m2 = b.const(0.0, ir.float32, shape)
-    weight = b.const(1.0, ir.float32, shape)
-    if elementwise:
-        other = b.load(b.binary("add", b.splat(x_ptr, shape), b.binary("add", index, b.const(width, ir.int32, shape))))
-        t = [ir.BlockType(ir.float32, shape)] * 3
-        mean, m2, weight = b.op("welford_combine", [mean, m2, weight, other, m2, weight], t)
-    t = [ir.BlockType(ir.float32, (rows,))] * 3
-    mean, m2, _ = b.op("welford_combine", [mean, m2, weight], t, axis=1)
-    rows_index = b.arange(rows)
-    b.store(b.binary("add", b.splat(mean_ptr, (rows,)), rows_index), mean)
-    b.store(b.binary("add", b.splat(m2_ptr, (rows,)), rows_index), m2)
-    return b.function()
 
 
 def scalar_sum_kernel(n: int) -> ir.Function:
@@ -210,6 +177,13 @@ def int64_index_kernel(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
     dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=mask, other=0.0) + 1.0, mask=mask)
 
 
+@dl.kernel
+def add_one_kernel(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0).to(dl.int64) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
 def extra_cases(device: str, seed: int = 1) -> list[dsl_corpus.Case]:
     """Cases for the kernels above, in the corpus's format."""
     c = dsl_corpus._Builder(device, seed)
@@ -247,6 +221,8 @@ def extra_cases(device: str, seed: int = 1) -> list[dsl_corpus.Case]:
     c.add("store_bool", positive_kernel, (x, None, 999), {"BLOCK": 256}, (4,), {1: x > 0})
     x = c.randn(999)
     c.add("int64_index", int64_index_kernel, (x, None, 999), {"BLOCK": 128}, (8,), {1: x + 1.0})
+    x = c.randint(-100, 100, 999, dtype=torch.int8)
+    c.add("int64_index_int8", add_one_kernel, (x, None, 999), {"BLOCK": 128}, (8,), {1: x + 1})
     return c.cases
 
 
@@ -301,15 +277,6 @@ def test_case_compiles_and_assembles(name):
 
 
 @needs_assembler
-@pytest.mark.parametrize("elementwise", [False, True])
-def test_welford_compiles(elementwise):
-    for cc in CCS:
-        out = compiler.compile_ptx(welford_kernel(4, 64, elementwise), cc=cc, num_warps=2)
-        assembler.check_ptx_assembles(out.ptx, cc)
-        assert "shfl.sync.bfly" in out.ptx
-
-
-@needs_assembler
 def test_scalar_reduction_is_stored_by_one_thread():
     out = compiler.compile_ptx(scalar_sum_kernel(1024), cc=(9, 0), num_warps=4)
     assembler.check_ptx_assembles(out.ptx, (9, 0))
@@ -350,13 +317,82 @@ def test_vector_width_follows_axis_analysis():
 def test_common_reductions_need_no_layout_conversion():
     # softmax/layernorm over [XBLOCK, RBLOCK]: in-warp shuffles only, no shared memory.
     for name in ("softmax_torch.float32_37x100", "layernorm_torch.float32_37x100", "row_sum_looped",
-                 "row_sum_acc1d", "slice_store"):
+                 "row_sum_acc1d", "slice_store", "layernorm_welford_torch.float32_37x100",
+                 "row_var_torch.float32_33x70"):
         out = _compile_case(_CASES_BY_NAME[name], (9, 0))
         assert out.shared_bytes == 0, name
         assert "shfl.sync.bfly" in out.ptx and "bar.sync" not in out.ptx, name
     # One row over 8 warps: the partials cross warps through shared memory.
     out = _compile_case(_CASES_BY_NAME["wide_row_3000_w8"], (9, 0))
     assert out.shared_bytes > 0 and "bar.sync" in out.ptx
+
+
+NUM_WARPS = [1, 2, 4, 8, 16, 32]
+WARPS_CASES = ["add_torch.float32_1000", "copy_aligned_torch.float16", "softmax_torch.float16_5x17",
+               "row_sum_looped", "wide_row_1000_w4", "row_argmin_float", "layernorm_welford_torch.float32_37x100",
+               "layernorm_welford_looped_torch.float32_19x300", "row_var_torch.float64_5x200", "scalar_logic",
+               "reshape_sum", "cube_sum_fp64"]
+"""Cases that every ``num_warps`` must compile and run: 1-D and 2-D blocks smaller and
+larger than a program's threads (replicated layouts), loops, reductions inside and
+across warps (sum, max, argmin, Welford; fp32 and fp64), scalars, reshape, rank 3."""
+
+
+@needs_assembler
+@pytest.mark.parametrize("num_warps", NUM_WARPS)
+def test_every_num_warps_compiles_and_assembles(num_warps):
+    for name in WARPS_CASES:
+        case = _CASES_BY_NAME[name]
+        fn = case.kernel.build_ir(case.kernel.specialize(case.args, case.constexprs))
+        out = compiler.compile_ptx(fn, cc=(9, 0), num_warps=num_warps)
+        assert f".maxntid {32 * num_warps}" in out.ptx, name
+        assembler.check_ptx_assembles(out.ptx, (9, 0))
+
+
+def test_per_thread_element_limit_is_a_compilation_error():
+    # 16384 fp32 elements over one warp: 512 per thread, past the limit (compiling it
+    # would take LLVM tens of seconds); 4 warps bring it to 128.
+    k = dsl_corpus.add_kernel
+    spec = k.specialize_signature({"a_ptr": "*fp32", "b_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                                  {"BLOCK": 1 << 14})
+    with pytest.raises(dl.CompilationError, match=r"add_kernel, line \d+ .*512 elements in each of 32 threads "
+                                                  r"\(at most 256\); use smaller blocks or more warps"):
+        compiler.compile_ptx(k.build_ir(spec), cc=(9, 0), num_warps=1)
+    assert nvptx.MAX_ELEMENTS_PER_THREAD == 256
+
+
+def _first_use_of_program_id(ptx: str) -> str:
+    """The opcode of the first instruction that reads ``%ctaid.x``'s register."""
+    lines = ptx.splitlines()
+    i = next(i for i, line in enumerate(lines) if "%ctaid.x" in line)
+    reg = re.search(r"(%r\d+), %ctaid\.x", lines[i]).group(1)
+    return next(line.split()[0] for line in lines[i + 1:] if re.search(rf",\s*{reg}\b", line))
+
+
+def _add_one_ptx(kernel, dtype: str, aligned_n: bool) -> str:
+    spec = kernel.specialize_signature({"x_ptr": "*" + dtype, "out_ptr": "*" + dtype, "n": "i64"}, {"BLOCK": 1024},
+                                       divisible_by_16=("x_ptr", "out_ptr") + (("n",) if aligned_n else ()))
+    return compiler.compile_ptx(kernel.build_ir(spec), cc=(9, 0), num_warps=4).ptx
+
+
+@pytest.mark.parametrize("dtype", ["i8", "fp16"])
+def test_int64_index_math_is_64_bit_in_ptx(dtype):
+    # The kernel of the 2**31-element GPU test: offs = program_id(0).to(dl.int64) * BLOCK
+    # + arange widens the program id before the multiply; the bound check and the
+    # address math are 64-bit; with n divisible by 16 the accesses stay vectors (each
+    # thread holds 8 elements: 16 bytes of fp16, 8 of int8).
+    ptx = _add_one_ptx(add_one_kernel, dtype, aligned_n=False)
+    first = _first_use_of_program_id(ptx)
+    assert first.startswith(("mul.wide.", "cvt.u64.u32", "cvt.s64.s32")), first
+    assert re.search(r"setp\.lt\.s64", ptx) and ".param .u64 add_one_kernel_param_2" in ptx
+    ptx = _add_one_ptx(add_one_kernel, dtype, aligned_n=True)
+    want = ".v4.b32" if dtype == "fp16" else ".v2.b32"
+    assert sorted(set(re.findall(r"(?:ld|st)\.global\S*", ptx))) == ["ld.global" + want, "st.global" + want]
+
+
+def test_int32_index_math_stays_32_bit_in_ptx():
+    # Without .to(dl.int64) the index is int32 (and would wrap past 2**31), as in Triton.
+    first = _first_use_of_program_id(_add_one_ptx(copy_kernel, "fp16", aligned_n=False))
+    assert first.endswith((".s32", ".b32", ".u32")) and not first.startswith("mul.wide"), first
 
 
 def test_param_types_and_llvm_ir():
@@ -385,7 +421,8 @@ def _owners(layout, shape, num_warps):
 
 
 @pytest.mark.parametrize("shape,warps,vec", [((1024,), 4, 4), ((8, 128), 4, 4), ((64, 16), 8, 4), ((1, 2048), 8, 8),
-                                             ((2, 2), 4, 1), ((4, 8, 16), 2, 2), ((1,), 1, 1)])
+                                             ((2, 2), 4, 1), ((4, 8, 16), 2, 2), ((1,), 1, 1), ((64,), 32, 1),
+                                             ((4, 32), 16, 1), ((8, 1024), 32, 4), ((2, 64), 2, 2)])
 def test_blocked_layout_places_every_element(shape, warps, vec):
     layout = default_blocked_layout(shape, warps, vec=vec)
     dist, owners = _owners(layout, shape, warps)
@@ -509,15 +546,34 @@ def _launch_ir(fn: ir.Function, grid, args, num_warps: int) -> None:
     torch.cuda.synchronize()
 
 
+@functools.lru_cache(maxsize=None)
+def _gpu_cases_with_warps(num_warps: int) -> dict[str, dsl_corpus.Case]:
+    return {c.name: dataclasses.replace(c, num_warps=num_warps) for c in _all_cases("cuda")}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("elementwise", [False, True])
-def test_welford_on_gpu(elementwise):
-    x = torch.randn(4, 64, device="cuda") * 3 + 1
-    mean = torch.full((4,), float("nan"), device="cuda")
-    m2 = torch.full((4,), float("nan"), device="cuda")
-    _launch_ir(welford_kernel(4, 64, elementwise), (1,), (x, mean, m2), num_warps=2)
-    torch.testing.assert_close(mean, x.mean(1), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(m2, x.var(1, unbiased=False) * 64, rtol=1e-4, atol=1e-4)
+@pytest.mark.parametrize("num_warps", NUM_WARPS)
+@pytest.mark.parametrize("name", WARPS_CASES)
+def test_every_num_warps_on_gpu(name, num_warps):
+    dsl_corpus.check(_gpu_cases_with_warps(num_warps)[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float16])
+def test_int64_indexing_past_2_to_the_31_elements_on_gpu(dtype):
+    n = 2**31 + 17  # 2 GiB of int8 / 4 GiB of fp16 per tensor; byte offsets pass 2**31 (and 2**32)
+    if torch.cuda.mem_get_info()[0] < 12 * 2**30:
+        pytest.skip("needs 12 GB of free GPU memory")
+    x = torch.randint(-100, 100, (n,), dtype=dtype, device="cuda")
+    out = torch.full((n,), 127 if dtype == torch.int8 else float("nan"), dtype=dtype, device="cuda")
+    try:
+        add_one_kernel[(dl.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+        chunk = 1 << 28
+        for start in range(0, n, chunk):  # every element, the last 17 past 2**31 included
+            assert torch.equal(out[start:start + chunk], x[start:start + chunk] + 1), start
+    finally:
+        del x, out
+        torch.cuda.empty_cache()
 
 
 @pytest.mark.gpu

@@ -12,7 +12,7 @@ from .language import (
     erf, exp, exp2, expand_dims, expm1, float16, float32, float64, floor, fmod, full, int1, int8, int16,
     int32, int64, isinf, isnan, load, log, log1p, log2, max, maximum, min, minimum, num_programs, pow,
     prod, program_id, reshape, round, rsqrt, sigmoid, sin, sqrt, static_range, store, sum, tan, tanh,
-    trunc, uint8, where, zeros,
+    trunc, uint8, welford, welford_combine, where, zeros,
 )
 
 __all__ = [
@@ -22,5 +22,5 @@ __all__ = [
     "float64", "floor", "fmod", "full", "int1", "int8", "int16", "int32", "int64", "isinf", "isnan", "load",
     "log", "log1p", "log2", "max", "maximum", "min", "minimum", "num_programs", "pow", "prod",
     "program_id", "reshape", "round", "rsqrt", "sigmoid", "sin", "sqrt", "static_range", "store", "sum",
-    "tan", "tanh", "trunc", "uint8", "where", "zeros",
+    "tan", "tanh", "trunc", "uint8", "welford", "welford_combine", "where", "zeros",
 ]

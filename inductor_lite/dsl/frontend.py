@@ -114,6 +114,10 @@ _BUILTINS: dict[str, Callable] = {
     "expand_dims": lambda b, a: semantic.expand_dims(b, a["x"], a["axis"]),
     "cdiv": lambda b, a: semantic.cdiv(b, a["a"], a["b"]),
     "static_range": _static_range_misuse,
+    "welford": lambda b, a: semantic.welford(b, a["mean"], a["m2"], a["weight"], a["axis"], a["keep_dims"]),
+    "welford_combine": lambda b, a: semantic.welford_combine(
+        b, a["mean_a"], a["m2_a"], a["weight_a"], a["mean_b"], a["m2_b"], a["weight_b"]
+    ),
 }
 for _name in _MATH1:
     _BUILTINS[_name] = lambda b, a, _fn=_name: semantic.math1(b, _fn, a["x"])

@@ -193,6 +193,31 @@ def _int_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(minus_one, torch.zeros_like(r), r)
 
 
+def _welford_pair(mean_a, m2_a, w_a, mean_b, m2_b, w_b):
+    """Chan et al.'s parallel merge of two Welford states (the formula in `ir.py`)."""
+    delta = mean_b - mean_a
+    w = w_a + w_b
+    f = torch.where(w == 0, 0.0, w_b / w)
+    return mean_a + delta * f, m2_a + m2_b + delta * delta * w_a * f, w
+
+
+def _welford_reduce(mean, m2, w, dim: int):
+    """Welford states reduced along ``dim`` by a pairwise tree (first half with second
+    half), the shape of the GPU's butterfly; an odd length is padded with a weight-0
+    state, which changes nothing."""
+    states = torch.broadcast_tensors(mean, m2, w)
+    while states[0].shape[dim] > 1:
+        n = states[0].shape[dim]
+        if n % 2:
+            pad = list(states[0].shape)
+            pad[dim] = 1
+            states = [torch.cat([s, s.new_zeros(pad)], dim) for s in states]
+            n += 1
+        states = _welford_pair(*[s.narrow(dim, 0, n // 2) for s in states],
+                               *[s.narrow(dim, n // 2, n // 2) for s in states])
+    return [s.squeeze(dim) for s in states]
+
+
 class _Interpreter:
     """Executes one launch of one `ir.Function`."""
 
@@ -384,6 +409,14 @@ class _Interpreter:
         dim = op.attrs["axis"] + 1
         f = torch.argmax if op.attrs["combine"] == "argmax" else torch.argmin
         self._set(op, f(x, dim).to(torch.int32))
+
+    def _op_welford_combine(self, op, *states):
+        if op.attrs.get("axis") is None:
+            results = _welford_pair(*states)
+        else:
+            results = _welford_reduce(*states, dim=op.attrs["axis"] + 1)
+        for r, v in zip(op.results, results):
+            self.env[r] = v
 
     # ------------------------------------------------------------------ loops
 

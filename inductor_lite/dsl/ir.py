@@ -33,7 +33,9 @@ load             ptr (, mask (, other))      -                              poin
 store            ptr, value (, mask)         -                              none
 reduce           x                           axis, combine (REDUCE_KINDS)   x's shape less axis
 argreduce        x                           axis, combine ('argmax'|...)   i32 indices
-welford_combine  mean,m2,n per side (6)      axis                           3 results
+welford_combine  mean_a, m2_a, w_a,          -                              3: mean, m2, w
+                 mean_b, m2_b, w_b (6)
+welford_combine  mean, m2, w (3)             axis                           3, shape less axis
 for              lb, ub, step, inits...      body (Block), iv, carried      one per init
 yield            values...                   -                              none
 ===============  ==========================  =============================  ==================
@@ -46,8 +48,8 @@ op on them is computed in fp32: the frontend casts up before and down after.
 
 Invariants the frontend guarantees (so backends need not handle the other cases):
 
-- ``binary``, ``compare``, ``math``, ``reduce`` and ``argreduce`` never see fp16/bf16
-  operands; half types appear only in ``constant``, ``load``, ``store``, ``select``,
+- ``binary``, ``compare``, ``math``, ``reduce``, ``argreduce`` and ``welford_combine``
+  never see fp16/bf16 operands; half types appear only in ``constant``, ``load``, ``store``, ``select``,
   ``cast``, ``bitcast`` and the shape ops (splat, broadcast, expand_dims, reshape).
 - A ``cast`` with a half type on one side has fp32 on the other. Casts never target
   int1: the frontend emits ``compare ne 0`` instead. Float-to-int casts truncate toward
@@ -69,6 +71,18 @@ Invariants the frontend guarantees (so backends need not handle the other cases)
   small ints run in int32, sums of halves in fp32); ``argreduce`` returns int32 indices,
   ties go to the first index and NaN counts as both the maximum and the minimum
   (torch.argmax/argmin).
+- ``welford_combine`` merges Welford states (mean, M2 = sum of squared deviations from
+  the mean, weight = element count as a float). All operands have one float type,
+  fp32 or fp64 (halves and integers are cast first), and one shape; so do the three
+  results. With 6 operands and no ``axis`` it combines state a with state b
+  elementwise; with 3 operands and ``axis`` it reduces the states along ``axis``.
+  Both use the parallel update of Chan, Golub and LeVeque ("Updating Formulae and a
+  Pairwise Algorithm for Computing Sample Variances", 1979; TorchInductor's
+  ``welford_combine``): ``delta = mean_b - mean_a; w = w_a + w_b; f = w_b / w``, or 0
+  where ``w == 0``; ``mean = mean_a + delta * f; m2 = m2_a + m2_b + delta * delta *
+  w_a * f``. So a weight-0 state changes nothing (its mean and M2 must be finite, e.g.
+  0) and two weight-0 states give no NaN. The order in which a reduction combines
+  states is unspecified (backends may differ in the last bits).
 - ``for`` iterates ``iv = lb, lb + step, ...`` while ``iv < ub`` (``step > 0``); lb, ub,
   step and iv share one integer type (int32, or int64 if any bound is int64).
 - ``Op.loc`` (a `SourceLoc`, may be None) names the kernel source line that made the op.

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
 import operator
+import sys
 import textwrap
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
@@ -46,7 +48,13 @@ SHORT_NAMES = {
 """Triton-style type-string spelling of each dtype (``'*fp32'`` is a pointer to fp32)."""
 _FROM_SHORT = {v: k for k, v in SHORT_NAMES.items()}
 _CONSTEXPR_TYPES = (bool, int, float, str, type(None), ir.DType)
+_PLAIN_CONSTEXPR_TYPES = frozenset({bool, int, float, str, type(None)})
 _NUM_WARPS = (1, 2, 4, 8, 16, 32)
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+# looked up in sys.modules per CUDA launch: importing it at module level would be circular,
+# and a `from ... import` statement costs more than the rest of the dispatch
+_LAUNCHER_MODULE = "inductor_lite.runtime.launcher"
 
 
 def type_string(t: ir.BlockType) -> str:
@@ -166,6 +174,7 @@ class Kernel:
             if p.default is not p.empty and n in self.constexpr_names
         }
         self._constexpr_set = frozenset(self.constexpr_names)
+        self._constexpr_order = tuple(self.constexpr_names)
         self._ir_cache: dict[str, ir.Function] = {}
         self._specs: dict[tuple, Specialization] = {}  # interned: each launch reuses one object
 
@@ -211,9 +220,8 @@ class Kernel:
         if config.interpret or device is None or device.type == "cpu":
             interpreter.run(self, grid, args, constexprs)
         elif device.type == "cuda":
-            from inductor_lite.runtime.launcher import launch
-
-            launch(self, grid, args, constexprs, num_warps)
+            launcher = sys.modules.get(_LAUNCHER_MODULE) or importlib.import_module(_LAUNCHER_MODULE)
+            launcher.launch(self, grid, args, constexprs, num_warps)
         else:
             raise ValueError(f"kernel {self.name}: tensors on {device} are not supported (CPU or CUDA only)")
 
@@ -240,7 +248,7 @@ class Kernel:
         if isinstance(grid, int):
             grid = (grid,)
         try:
-            grid = tuple(operator.index(g) for g in grid)
+            grid = tuple(map(operator.index, grid))
         except TypeError:
             raise TypeError(f"kernel {self.name}: the grid must be a tuple of 1 to 3 ints, got {grid!r}") from None
         if not 1 <= len(grid) <= 3 or min(grid) < 0:
@@ -272,6 +280,10 @@ class Kernel:
         return tuple(bound[n] for n in self.runtime_arg_names), constexprs
 
     def _complete_constexprs(self, constexprs: dict[str, Any]) -> dict[str, Any]:
+        if tuple(constexprs) == self._constexpr_order and _PLAIN_CONSTEXPR_TYPES.issuperset(
+            map(type, constexprs.values())
+        ):
+            return constexprs  # the common case: all given, in declaration order, of plain types
         unknown = [k for k in constexprs if k not in self._constexpr_set]
         if unknown:
             runtime = [k for k in unknown if k in self.runtime_arg_names]
@@ -301,7 +313,11 @@ class Kernel:
         Tensors become pointers to their dtype (``divisible_by_16``: data_ptr 16-byte
         aligned); bool -> int32; int -> int32 if it fits, else int64
         (``divisible_by_16``: value % 16 == 0); float -> float32. Launches that
-        specialise alike get the same (interned) object, whose hash and key are cached.
+        specialise alike get the same (interned) object, whose hash and key are cached:
+        the lookup key is a flat list of what decides the specialisation (per tensor its
+        dtype and alignment, per int its int32 fit and divisibility, per bool or float
+        its type) plus the constexprs' items and types (``1``, ``1.0`` and ``True``
+        hash alike).
 
         Raises:
             TypeError: wrong argument count, an unsupported argument type or tensor
@@ -311,20 +327,21 @@ class Kernel:
         if len(args) != len(self.runtime_arg_names):
             raise TypeError(f"kernel {self.name} takes {len(self.runtime_arg_names)} runtime argument(s), "
                             f"got {len(args)}")
-        flags = []
-        for a in args:  # the cheap summary that decides the specialisation
-            if isinstance(a, torch.Tensor):
-                flags.append((a.dtype, a.data_ptr() % 16 == 0))
-            elif isinstance(a, bool):
-                flags.append(bool)
-            elif isinstance(a, int) and -(1 << 63) <= a < (1 << 63):
-                flags.append((-(1 << 31) <= a < (1 << 31), a % 16 == 0))
-            elif isinstance(a, float):
-                flags.append(float)
-            else:
-                return self._specialize(args, constexprs)  # raises the error
+        summary = [tuple(constexprs.items()), tuple(map(type, constexprs.values()))]
+        for a in args:
+            cls = type(a)
+            if cls is int and _I64_MIN <= a <= _I64_MAX:
+                summary.append(_I32_MIN <= a <= _I32_MAX)
+                summary.append(a & 15 == 0)
+            elif isinstance(a, torch.Tensor):
+                summary.append(a.dtype)
+                summary.append(a.data_ptr() & 15 == 0)
+            elif cls is bool or cls is float:
+                summary.append(cls)
+            else:  # an int or float subclass, or an error: the full rules, uncached
+                return self._specialize(args, constexprs)
+        summary = tuple(summary)
         try:
-            summary = (tuple(flags), tuple((k, type(v), v) for k, v in constexprs.items()))
             spec = self._specs.get(summary)
         except TypeError:  # an unhashable constexpr: let validation name it
             return self._specialize(args, constexprs)

@@ -204,6 +204,36 @@ argmin = _reduce_stub("argmin", "int32 index of the minimum along ``axis``; ties
 
 
 @_builtin
+def welford(mean: Any, m2: Any, weight: Any, axis: int, keep_dims: bool = False) -> Any:
+    """Reduce Welford states along ``axis``: returns ``(mean, m2, weight)`` of the
+    combined population, each with ``axis`` removed (kept as size 1 with
+    ``keep_dims``).
+
+    A state is the mean of some elements, ``m2`` their sum of squared deviations from
+    that mean, and ``weight`` their count (a float). The three operands broadcast
+    together (numbers included) and are computed in fp64 if any is fp64, else fp32.
+    For raw values ``x`` under a mask: ``dl.welford(x, 0.0, mask, 1)``; then the
+    variance is ``m2 / weight`` (biased) or ``m2 / (weight - 1)`` (unbiased).
+    Weight-0 states (mean and m2 finite, e.g. 0) contribute nothing and give no NaN.
+    Parallel update of Chan, Golub and LeVeque (1979), as TorchInductor's
+    ``welford_combine``; the exact formula is in `ir.py`.
+    """
+    raise _outside("welford")
+
+
+@_builtin
+def welford_combine(mean_a: Any, m2_a: Any, weight_a: Any, mean_b: Any, m2_b: Any, weight_b: Any) -> Any:
+    """Combine two Welford states elementwise: returns ``(mean, m2, weight)`` of the
+    union of the two populations (see `welford`; operands broadcast together).
+
+    Used by looped reductions to keep a running state per lane::
+
+        mean, m2, weight = dl.welford_combine(mean, m2, weight, x, 0.0, mask)
+    """
+    raise _outside("welford_combine")
+
+
+@_builtin
 def cdiv(a: Any, b: Any) -> Any:
     """Ceiling division ``(a + b - 1) // b`` for non-negative ``a`` and positive ``b``.
 

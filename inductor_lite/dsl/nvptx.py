@@ -29,9 +29,12 @@ from .nvptx_ops import F32, F64, GLOBAL_PTR, I8, I32, I64, SHARED_PTR, LoweringE
 from .nvptx_reduce import ReduceCodegen
 
 TRIPLE = "nvptx64-nvidia-cuda"
-MAX_ELEMENTS_PER_THREAD = 4096
-"""Beyond this many registers per thread for one block, compiling would take minutes and
-the kernel would spill everything: refuse instead."""
+MAX_ELEMENTS_PER_THREAD = 256
+"""Most elements of one block value a thread may hold. LLVM's NVPTX code generation
+time grows about quadratically with it (a masked fp32 copy: ~3 s at 256 per thread,
+~10 s at 512, ~40 s at 1024 on one CPU core) and past ~128 the values no longer fit
+the 255 registers a thread has, so bigger blocks spill everything: refuse them with
+an error that says to use smaller blocks or more warps. Typical kernels hold 4 to 64."""
 
 _PARAM_TYPES = {"int64": ("i64", I64), "float64": ("f64", F64), "float32": ("f32", F32)}
 

@@ -79,7 +79,15 @@ class ReduceCodegen:
 
     def convert(self, regs: list[llir.Value], src: Distribution, dst: Distribution) -> list[llir.Value]:
         """Move a block from distribution ``src`` to ``dst`` (same element count; the
-        shapes may differ, which is a row-major reshape) through shared memory."""
+        shapes may differ, which is a row-major reshape) through shared memory.
+
+        One scalar ``st.shared``/``ld.shared`` per register, with bank conflicts left
+        as they fall: simple, and off every hot path we know of. The layout plan
+        (`nvptx_layouts`) keeps loads, elementwise chains, reductions and
+        ``[:, None]`` broadcasts in one layout, so only ``reshape`` and mixing a 1-D
+        loaded block with a 1-D reduction result convert; codegen's kernels, the
+        benchmark kernels and the test corpus (Welford kernels included) need no
+        conversion except the corpus's explicit ``reshape``."""
         n_src = 1
         for s in src.shape:
             n_src *= s

@@ -656,3 +656,35 @@ def reduce(b: Builder, kind: str, x: Any, axis: Any, keep_dims: bool = False) ->
     else:
         result = b.emit1("reduce", [x], BlockType(acc, shape), axis=axis, combine=kind)
     return expand_dims(b, result, axis) if keep_dims else result
+
+
+def _welford_states(b: Builder, what: str, values: Sequence[Any]) -> list[Tensor]:
+    """The operands of a Welford op broadcast together and cast to fp64 (if any is
+    fp64) or fp32."""
+    for v in values:
+        _check_operand(v, what)
+        _no_pointer(v, what)
+    dtype = float64 if any(isinstance(v, Tensor) and v.element == float64 for v in values) else float32
+    shape = broadcast_shapes(*[_shape_of(v) for v in values])
+    return [coerce(b, v, dtype, shape) for v in values]
+
+
+def welford_combine(b: Builder, mean_a: Any, m2_a: Any, weight_a: Any, mean_b: Any, m2_b: Any,
+                    weight_b: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """Elementwise merge of Welford states a and b (see `language.welford_combine`)."""
+    states = _welford_states(b, "dl.welford_combine", [mean_a, m2_a, weight_a, mean_b, m2_b, weight_b])
+    t = states[0].type
+    return tuple(Tensor(r) for r in b.emit("welford_combine", states, [t] * 3).results)
+
+
+def welford(b: Builder, mean: Any, m2: Any, weight: Any, axis: Any,
+            keep_dims: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """Reduce Welford states along ``axis`` (see `language.welford`)."""
+    states = _welford_states(b, "dl.welford", [mean, m2, weight])
+    t = states[0].type
+    if t.is_scalar:
+        raise SemanticError("dl.welford needs a block, got only scalars")
+    axis = _normalize_axis(axis, len(t.shape), "dl.welford")
+    out = t.with_shape(t.shape[:axis] + t.shape[axis + 1:])
+    results = [Tensor(r) for r in b.emit("welford_combine", states, [out] * 3, axis=axis).results]
+    return tuple(expand_dims(b, r, axis) if keep_dims else r for r in results)

@@ -233,4 +233,13 @@ class _Verifier:
 
     def op_welford_combine(self, op, *operands):
         self.results(op, 3)
-        self.expect(op, len(operands) == 6, "six operands")
+        x = operands[0] if operands else None
+        self.expect(op, x is not None and all(t == x for t in operands) and x.element in (ir.float32, ir.float64),
+                    f"operands {list(operands)!r} must share one fp32 or fp64 type")
+        if op.attrs.get("axis") is not None:
+            self.expect(op, len(operands) == 3, f"3 operands (mean, m2, weight) along an axis, got {len(operands)}")
+            want = x.with_shape(self._reduced(op, x))
+        else:
+            self.expect(op, len(operands) == 6, f"6 operands (two mean, m2, weight states), got {len(operands)}")
+            want = x
+        self.expect(op, all(r.type == want for r in op.results), f"results must be {want!r}")
