@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from cuda.bindings import driver as cu
@@ -177,41 +177,58 @@ def load_function(image: bytes, name: str, device: int, shared_bytes: int, threa
     return function
 
 
-def current_stream(index: int) -> int:
-    """Handle of torch's current stream on device ``index`` (the capture stream inside
-    ``torch.cuda.graph``). The raw getter is what TorchInductor's generated wrappers use;
-    it skips building a ``torch.cuda.Stream`` object on every launch."""
-    return torch._C._cuda_getCurrentRawStream(index)
+def _no_cuda_stream(index: int) -> int:
+    raise RuntimeError("this torch build has no CUDA support, so it has no current CUDA stream")
 
 
-def launch_kernel(
-    function: cu.CUfunction,
-    device: int,
-    grid: tuple[int, int, int],
-    threads: int,
-    shared_bytes: int,
-    params_address: int,
-    name: str,
-) -> None:
-    """``cuLaunchKernel`` on torch's current stream of ``device``, in its context.
+# current_stream(index) -> int: handle of torch's current stream on device ``index`` (the
+# capture stream inside ``torch.cuda.graph``). The raw getter is what TorchInductor's
+# generated wrappers use: it builds no ``torch.cuda.Stream`` object per launch.
+current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda_stream)
+
+
+def kernel_launcher(
+    function: cu.CUfunction, device: int, threads: int, shared_bytes: int, name: str
+) -> Callable[[int, int, int, int], None]:
+    """A function ``launch(grid_x, grid_y, grid_z, params_address)`` that runs ``function``
+    with ``cuLaunchKernel`` on torch's current stream of ``device``, in its context.
+
+    Everything fixed per kernel is bound here, once, so a launch costs one stream query,
+    one ``cuCtxGetCurrent`` (the thread's current context may change between launches,
+    e.g. through ``torch.cuda.set_device``) and the launch itself.
 
     Args:
         function: from `load_function` on the same device.
-        grid: (x, y, z) programs, already validated against `MAX_GRID`.
+        device: CUDA device index.
         threads: threads per block (32 * num_warps).
         shared_bytes: dynamic shared memory per block, in bytes.
-        params_address: address of a ``void*[]`` with one pointer per kernel parameter.
         name: the kernel's name, for errors.
 
-    Raises:
-        CudaDriverError: the launch failed.
+    The returned function takes the grid as ints, already validated against `MAX_GRID`
+    (the driver rejects others), and ``params_address``, the address of a ``void*[]``
+    with one pointer per kernel parameter. It raises `CudaDriverError` when the launch
+    fails.
     """
-    ctx_id = _context(device)[1]
-    stream = current_stream(device)
-    err, current = cu.cuCtxGetCurrent()
-    if err == _SUCCESS and int(current) == ctx_id:
-        result = cu.cuLaunchKernel(function, *grid, threads, 1, 1, shared_bytes, stream, params_address, 0)
-    else:
-        with bound_context(device):
-            result = cu.cuLaunchKernel(function, *grid, threads, 1, 1, shared_bytes, stream, params_address, 0)
-    check(result, f"launching kernel {name!r} with grid {grid} and {threads} threads per block")
+    ctx = _context(device)[0]
+    get_current = cu.cuCtxGetCurrent
+    launch_kernel = cu.cuLaunchKernel
+    stream_of = current_stream
+
+    def launch(grid_x: int, grid_y: int, grid_z: int, params_address: int) -> None:
+        stream = stream_of(device)
+        if get_current()[1] == ctx:
+            result = launch_kernel(
+                function, grid_x, grid_y, grid_z, threads, 1, 1, shared_bytes, stream, params_address, 0
+            )
+        else:
+            with bound_context(device):
+                result = launch_kernel(
+                    function, grid_x, grid_y, grid_z, threads, 1, 1, shared_bytes, stream, params_address, 0
+                )
+        if result[0] != _SUCCESS:
+            raise CudaDriverError(
+                result[0],
+                f"launching kernel {name!r} with grid {(grid_x, grid_y, grid_z)} and {threads} threads per block",
+            )
+
+    return launch

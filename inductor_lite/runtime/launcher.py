@@ -1,9 +1,24 @@
 """Launch DSL kernels on CUDA tensors: specialise, get a binary, load it once, launch.
 
-Per launch the work is: ``kernel.specialize``, one dict lookup keyed by (kernel, spec,
-num_warps, device), grid checks, refilling a parameter buffer built once per loaded
-kernel, and ``cuLaunchKernel`` on torch's current stream. Everything else happens on
-the first launch of a specialisation (or ahead of time, through `precompile`):
+Two entry points, one per kind of caller:
+
+``launch(kernel, grid, args, constexprs, num_warps)`` validates everything (it is what
+``Kernel.run`` calls for users): ``kernel.specialize``, one dict lookup keyed by
+(kernel, spec, num_warps, device), grid checks, packing the arguments into a parameter
+buffer built once per loaded kernel (checking each tensor's device and each number's
+range), and ``cuLaunchKernel`` on torch's current stream.
+
+``bind_launcher(kernel, device, arg_kinds, num_warps, **constexprs)`` is for generated
+wrappers, whose code already fixes the argument count and kinds, the constexprs, the
+grid's shape, num_warps, and every tensor's dtype and device. It returns a function
+generated for that kernel (see `bind_launcher`) that per launch only reads the
+pointers, computes the specialisation's per-launch facts (16-byte alignment of each
+pointer, divisibility by 16 and int32 range of each int) as a tuple key, finds the
+loaded kernel for that key and launches it. A new key goes through the full
+validation and `precompile` once.
+
+Everything else happens on the first launch of a specialisation (or ahead of time,
+through `precompile`):
 
     disk cache hit  -> counters["cache_hits"] += 1; log the ``ptx`` artifact
     disk cache miss -> kernel.build_ir -> compile_ptx (which logs ``ptx``) -> ptx_to_cubin,
@@ -14,40 +29,47 @@ the first launch of a specialisation (or ahead of time, through `precompile`):
 The kernel object is duck-typed (``inductor_lite.dsl.kernel.Kernel``): ``name``,
 ``source``, ``specialize(args, constexprs)`` returning a hashable specialisation with
 ``args`` (one ``ir.ArgSpec`` per runtime argument) and ``key()`` (stable across
-processes; it covers the constexprs), ``build_ir(spec)``, optional ``debug_dir``.
+processes; it covers the constexprs), ``build_ir(spec)``, optional ``debug_dir``;
+`bind_launcher` also uses ``run(grid, args, constexprs, num_warps)`` when
+``config.interpret`` is set.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import itertools
+import linecache
 import operator
 import os
+import struct
 import threading
-from typing import Any, Mapping, Sequence
+import weakref
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from . import driver
 from .cache import CompiledBinary, cache_key, default_cache
+from ..config import config
 from ..counters import counters
 from ..dsl.assembler import ptx_to_cubin
 from ..dsl.compiler import compile_ptx, toolchain_versions
 from ..logs import log_artifact
 
-_CTYPES = {
-    "ptr": ctypes.c_void_p,
-    "i32": ctypes.c_int32,
-    "i64": ctypes.c_int64,
-    "f32": ctypes.c_float,
-    "f64": ctypes.c_double,
-}
+# struct codes, each parameter in its own 8-byte slot ("=": standard sizes, no implicit padding)
+_FORMATS = {"ptr": "Q", "i32": "i4x", "i64": "q", "f32": "f4x", "f64": "d"}
+_SLOT_BYTES = 8
+_INT_RANGES = {"i32": (-(1 << 31), (1 << 31) - 1), "i64": (-(1 << 63), (1 << 63) - 1)}
+_FLOAT_TYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double}
 MAX_NUM_WARPS = 32  # 1024 threads per block, the CUDA limit for every compute capability
 
 
 class ParamBuffer:
     """The ``kernelParams`` array of one loaded kernel, built once and refilled per launch.
 
-    One ctypes scalar per parameter plus a ``void*[]`` of their addresses; `address` is
+    The values live in one buffer, 8 bytes per parameter, written by one
+    ``struct.pack_into`` call; a ``void*[]`` holds each slot's address, and `address` is
     what ``cuLaunchKernel`` takes. The driver copies the values at launch, so the buffer
     may be refilled as soon as the launch call returns.
 
@@ -57,36 +79,51 @@ class ParamBuffer:
         name: the kernel's name, for errors.
         device: CUDA device index every tensor argument must live on.
 
+    Attributes:
+        pack: ``pack(*values)`` writes already-converted values (`values` returns them),
+            unchecked except by ``struct``, which raises ``struct.error`` for an int out
+            of its parameter's range or a value of the wrong kind and ``OverflowError``
+            for a float too large for ``f32``.
+
     Raises:
         ValueError: an unknown param type.
     """
 
     def __init__(self, param_types: Sequence[str], name: str, device: int):
-        unknown = [t for t in param_types if t not in _CTYPES]
+        unknown = [t for t in param_types if t not in _FORMATS]
         if unknown:
-            raise ValueError(f"kernel {name!r}: unknown param types {unknown}; expected each of {list(_CTYPES)}")
+            raise ValueError(f"kernel {name!r}: unknown param types {unknown}; expected each of {list(_FORMATS)}")
         self.param_types = tuple(param_types)
         self.name = name
         self.device = device
-        self.slots = [_CTYPES[t]() for t in self.param_types]
-        self._pointers = (ctypes.c_void_p * max(1, len(self.slots)))(*(ctypes.addressof(s) for s in self.slots))
+        layout = struct.Struct("=" + "".join(_FORMATS[t] for t in self.param_types))
+        n = len(self.param_types)
+        self._slots = (ctypes.c_uint64 * max(1, n))()  # 8-byte aligned, like every parameter type
+        base = ctypes.addressof(self._slots)
+        self._pointers = (ctypes.c_void_p * max(1, n))(*(base + _SLOT_BYTES * i for i in range(n)))
         self.address = ctypes.addressof(self._pointers)
+        self.pack = functools.partial(layout.pack_into, self._slots, 0)
 
-    def fill(self, args: Sequence[Any]) -> None:
-        """Write the launch's argument values into the buffer.
+    def values(self, args: Sequence[Any]) -> list:
+        """Check the launch's arguments and convert them to what `pack` takes.
 
         Args:
             args: the runtime arguments in order: a CUDA tensor on ``device`` for each
                 ``ptr``, an int for ``i32``/``i64`` (bools count), a float or int for
-                ``f32``/``f64`` (rounded to the parameter's precision).
+                ``f32``/``f64`` (rounded to the parameter's precision; beyond ``f32``'s
+                range, to infinity).
+
+        Returns:
+            one int or float per parameter: data pointers for tensors.
 
         Raises:
             TypeError: wrong number of arguments, or an argument of the wrong kind.
             ValueError: a tensor on another device, or an int that overflows its type.
         """
-        if len(args) != len(self.slots):
-            raise TypeError(f"kernel {self.name!r} takes {len(self.slots)} runtime arguments, got {len(args)}")
-        for i, (kind, slot, value) in enumerate(zip(self.param_types, self.slots, args)):
+        if len(args) != len(self.param_types):
+            raise TypeError(f"kernel {self.name!r} takes {len(self.param_types)} runtime arguments, got {len(args)}")
+        out = []
+        for i, (kind, value) in enumerate(zip(self.param_types, args)):
             try:
                 if kind == "ptr":
                     if value.get_device() != self.device:
@@ -94,16 +131,25 @@ class ParamBuffer:
                             f"kernel {self.name!r}: argument {i} is on {value.device}, "
                             f"but the kernel runs on cuda:{self.device}"
                         )
-                    slot.value = value.data_ptr()
-                else:
-                    slot.value = value
-                    if kind[0] == "i" and slot.value != value:  # ctypes wraps silently on overflow
+                    out.append(value.data_ptr())
+                elif kind in _INT_RANGES:
+                    low, high = _INT_RANGES[kind]
+                    value = operator.index(value)
+                    if not low <= value <= high:
                         raise ValueError(f"kernel {self.name!r}: argument {i} = {value} does not fit in {kind}")
+                    out.append(value)
+                else:
+                    out.append(_FLOAT_TYPES[kind](value).value)
             except (TypeError, AttributeError):
                 expected = {"ptr": "a CUDA tensor", "i32": "an int", "i64": "an int"}.get(kind, "a float")
                 raise TypeError(
                     f"kernel {self.name!r}: argument {i} ({kind}) must be {expected}, got {type(value).__name__}"
                 ) from None
+        return out
+
+    def fill(self, args: Sequence[Any]) -> None:
+        """Check the launch's arguments and write them into the buffer (see `values`)."""
+        self.pack(*self.values(args))
 
 
 def normalize_grid(grid: Sequence[int], name: str) -> tuple[int, int, int]:
@@ -151,6 +197,8 @@ class LoadedKernel:
         self.threads = 32 * binary.num_warps
         self.function = driver.load_function(binary.cubin, binary.name, device, binary.shared_bytes, self.threads)
         self.params = ParamBuffer(binary.param_types, binary.name, device)
+        self._pack, self._address = self.params.pack, self.params.address
+        self._run = driver.kernel_launcher(self.function, device, self.threads, binary.shared_bytes, binary.name)
         self._lock = threading.Lock()  # the shared ParamBuffer must not be refilled mid-launch by another thread
 
     def launch(self, grid: Sequence[int], args: Sequence[Any]) -> None:
@@ -158,20 +206,49 @@ class LoadedKernel:
 
         Args:
             grid: programs along (x[, y[, z]]).
-            args: runtime arguments, as `ParamBuffer.fill` takes them.
+            args: runtime arguments, as `ParamBuffer.values` takes them.
 
         Raises:
-            TypeError, ValueError: bad grid or arguments (see `normalize_grid`, `ParamBuffer.fill`).
+            TypeError, ValueError: bad grid or arguments (see `normalize_grid`, `ParamBuffer.values`).
             CudaDriverError: the launch failed.
         """
         dims = normalize_grid(grid, self.name)
         if 0 in dims:
             return
-        with self._lock:
+        self._lock.acquire()  # not `with`: the context manager protocol costs more than the locking
+        try:
             self.params.fill(args)
-            driver.launch_kernel(
-                self.function, self.device, dims, self.threads, self.binary.shared_bytes, self.params.address, self.name
-            )
+            self._run(*dims, self._address)
+        finally:
+            self._lock.release()
+
+    def launch_packed(self, grid: tuple[int, int, int], values: Sequence[Any], args: Sequence[Any]) -> None:
+        """`launch` without the checks a generated wrapper makes unneeded (the fast path of
+        `bind_launcher`). An empty grid launches nothing.
+
+        Args:
+            grid: (x, y, z) program counts, non-negative ints; the driver rejects ones
+                above `driver.MAX_GRID`.
+            values: what `ParamBuffer.values` would return for ``args`` (tensors already
+                turned into their data pointers, on this kernel's device).
+            args: the launch's arguments, to name the problem when ``values`` do not
+                pack (an int out of its parameter's range, a value of the wrong kind).
+
+        Raises:
+            TypeError, ValueError: a value that does not fit its parameter.
+            CudaDriverError: the launch failed (a grid over the limits included).
+        """
+        if 0 in grid:
+            return
+        self._lock.acquire()
+        try:
+            try:
+                self._pack(*values)
+            except (struct.error, OverflowError):  # name the problem, or round a float to inf
+                self.params.fill(args)
+            self._run(*grid, self._address)
+        finally:
+            self._lock.release()
 
 
 _loaded: dict[tuple, LoadedKernel] = {}
@@ -223,8 +300,7 @@ def precompile(kernel: Any, spec: Any, num_warps: int, device: int | str | torch
     loaded = _loaded.get(key)
     if loaded is not None:
         return loaded
-    if not isinstance(num_warps, int) or not 1 <= num_warps <= MAX_NUM_WARPS:
-        raise ValueError(f"kernel {kernel.name!r}: num_warps must be an int in [1, {MAX_NUM_WARPS}], got {num_warps!r}")
+    _check_num_warps(kernel.name, num_warps)
     binary = _get_binary(kernel, spec, num_warps, device)
     if len(binary.param_types) != len(spec.args) or binary.num_warps != num_warps:
         raise RuntimeError(
@@ -243,6 +319,134 @@ def clear_memory_cache() -> None:
     Modules stay loaded in the driver: captured CUDA graphs may still use them."""
     _loaded.clear()
     _pinned.clear()
+    for binding in _bindings:
+        binding.by_key.clear()
+
+
+ARG_KINDS = ("tensor", "int", "float")
+_PARAM_KINDS = {"ptr": "tensor", "i32": "int", "i64": "int", "f32": "float", "f64": "float"}
+
+
+def bind_launcher(
+    kernel: Any, device: int | str | torch.device, arg_kinds: Sequence[str], num_warps: int, **constexprs: Any
+) -> Callable[..., None]:
+    """A launcher of ``kernel`` with fixed ``constexprs`` and ``num_warps`` on ``device``,
+    for generated wrappers: ``launch(grid, *args)``.
+
+    It trusts what the wrapper's code fixes: ``grid`` is an (x, y, z) tuple of
+    non-negative ints; ``args`` has one value per runtime argument, of the kind
+    ``arg_kinds`` names at its position; tensors keep the dtype and device they had on
+    the first launch. What varies between launches is checked on each one, since the
+    binary assumes it: each pointer's 16-byte alignment, each int's divisibility by 16
+    and whether it fits in int32. Those facts form a tuple key that picks the loaded
+    kernel; a new key goes through ``kernel.specialize``, the device and kind checks, and
+    `precompile` once. ``config.interpret`` sends launches to ``kernel.run``.
+
+    The function is generated for the kinds; for ``("tensor", "tensor", "int")``::
+
+        def launch(grid, a0, a1, a2):
+            if config.interpret:
+                return interpret(grid, (a0, a1, a2))
+            p0 = a0.data_ptr()
+            p1 = a1.data_ptr()
+            key = (p0 & 15 == 0, p1 & 15 == 0, a2 & 15 == 0, -2147483648 <= a2 <= 2147483647)
+            loaded = by_key.get(key)
+            if loaded is None:
+                loaded = load(key, (a0, a1, a2))
+            loaded.launch_packed(grid, (p0, p1, a2), (a0, a1, a2))
+
+    Args:
+        kernel: a DSL kernel.
+        device: CUDA device index, ``"cuda:N"`` or a ``torch.device``.
+        arg_kinds: ``"tensor"``, ``"int"`` (bools count) or ``"float"`` per runtime argument.
+        num_warps: warps per program (1 to 32).
+        constexprs: the kernel's constexprs by name.
+
+    Raises:
+        ValueError: an unknown kind, bad num_warps or device. At a launch with a new key,
+            what `launch` raises for bad arguments, and TypeError for an argument whose
+            kind is not the bound one.
+    """
+    return _Binding(kernel, _device_index(device), tuple(arg_kinds), num_warps, constexprs).launch
+
+
+# every live `_Binding`, so clear_memory_cache can empty their key -> loaded kernel tables
+_bindings: weakref.WeakSet = weakref.WeakSet()
+_binding_ids = itertools.count()
+
+
+class _Binding:
+    """The state behind one `bind_launcher` function; see there."""
+
+    def __init__(self, kernel: Any, device: int, arg_kinds: tuple[str, ...], num_warps: int, constexprs: dict):
+        unknown = [k for k in arg_kinds if k not in ARG_KINDS]
+        if unknown:
+            raise ValueError(f"kernel {kernel.name!r}: unknown argument kinds {unknown}; expected each of {ARG_KINDS}")
+        _check_num_warps(kernel.name, num_warps)
+        self.kernel = kernel
+        self.device = device
+        self.arg_kinds = arg_kinds
+        self.num_warps = num_warps
+        self.constexprs = constexprs
+        self.by_key: dict[tuple, LoadedKernel] = {}
+        self.launch = self._generate()
+        _bindings.add(self)
+
+    def _generate(self) -> Callable[..., None]:
+        args = [f"a{i}" for i in range(len(self.arg_kinds))]
+        lines = [
+            f"def launch({', '.join(['grid', *args])}):",
+            "    if config.interpret:",
+            f"        return interpret(grid, {_tuple_source(args)})",
+        ]
+        values, key = [], []
+        for i, (a, kind) in enumerate(zip(args, self.arg_kinds)):
+            if kind == "tensor":
+                lines.append(f"    p{i} = {a}.data_ptr()")
+                values.append(f"p{i}")
+                key.append(f"p{i} & 15 == 0")
+            else:
+                values.append(a)
+                if kind == "int":
+                    key += [f"{a} & 15 == 0", f"-2147483648 <= {a} <= 2147483647"]
+        lines += [
+            f"    key = {_tuple_source(key)}",
+            "    loaded = by_key.get(key)",
+            "    if loaded is None:",
+            f"        loaded = load(key, {_tuple_source(args)})",
+            f"    loaded.launch_packed(grid, {_tuple_source(values)}, {_tuple_source(args)})",
+        ]
+        source = "\n".join(lines) + "\n"
+        filename = f"<inductor_lite launcher {next(_binding_ids)} of {self.kernel.name}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # readable tracebacks
+        namespace = {"config": config, "interpret": self._interpret, "by_key": self.by_key, "load": self._load}
+        exec(compile(source, filename, "exec"), namespace)
+        return namespace["launch"]
+
+    def _load(self, key: tuple, args: tuple) -> LoadedKernel:
+        """The loaded kernel for a new key, after checking ``args`` as `launch` would."""
+        name = self.kernel.name
+        spec = self.kernel.specialize(args, self.constexprs)
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and a.get_device() != self.device:
+                raise ValueError(f"kernel {name!r}: argument {i} is on {a.device}, but the launcher is bound to "
+                                 f"cuda:{self.device}")
+        loaded = precompile(self.kernel, spec, self.num_warps, self.device)
+        for i, (kind, param) in enumerate(zip(self.arg_kinds, loaded.binary.param_types)):
+            if _PARAM_KINDS[param] != kind:
+                raise TypeError(
+                    f"kernel {name!r}: argument {i} was bound as {kind!r} but {type(args[i]).__name__} "
+                    f"makes it a {param} parameter"
+                )
+        self.by_key[key] = loaded
+        return loaded
+
+    def _interpret(self, grid: tuple, args: tuple) -> None:
+        self.kernel.run(grid, args, self.constexprs, self.num_warps)
+
+
+def _tuple_source(items: Sequence[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
 def _device_of(args: Sequence[Any], name: str) -> int:
@@ -253,6 +457,11 @@ def _device_of(args: Sequence[Any], name: str) -> int:
                 raise ValueError(f"kernel {name!r}: launch needs CUDA tensors, got one on {a.device}")
             return index
     return torch.cuda.current_device()
+
+
+def _check_num_warps(name: str, num_warps: Any) -> None:
+    if not isinstance(num_warps, int) or not 1 <= num_warps <= MAX_NUM_WARPS:
+        raise ValueError(f"kernel {name!r}: num_warps must be an int in [1, {MAX_NUM_WARPS}], got {num_warps!r}")
 
 
 def _device_index(device: int | str | torch.device) -> int:

@@ -1,0 +1,186 @@
+"""CPU tests of the launch paths' per-launch checks: specialisation by pointer alignment,
+int divisibility and int width through ``kernel[grid]`` and through the launchers
+generated wrappers bind (`launcher.bind_launcher`), against the fake CUDA driver of
+test_runtime_cache and a fake compiler that records each specialisation it builds."""
+
+import types
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import inductor_lite.dsl as dl
+from inductor_lite.codegen.wrapper import generate_wrapper, load_module
+from inductor_lite.config import config
+from inductor_lite.counters import counters
+from inductor_lite.dsl.kernel import type_string
+from inductor_lite.fx_lowering.decompositions import decomposition_table
+from inductor_lite.fx_lowering.graph import GraphLowering
+from inductor_lite.runtime import launcher
+from inductor_lite.scheduler.scheduler import Scheduler
+from test_runtime_cache import TOOLCHAIN, fake_driver  # noqa: F401  (fake_driver is a fixture)
+
+CUDA0 = torch.device("cuda", 0)
+_PARAM_TYPES = {"i32": "i32", "i64": "i64", "fp32": "f32", "fp64": "f64"}
+
+
+class CudaLike(torch.Tensor):
+    """A CPU tensor that reports cuda:0: real dtype and data_ptr, so the launchers
+    specialise on it as on a CUDA tensor, while the fake driver runs nothing."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property
+    def device(self):
+        return CUDA0
+
+    def get_device(self):
+        return 0
+
+
+def cuda_like(t):
+    return torch.Tensor._make_subclass(CudaLike, t)
+
+
+@dl.kernel
+def axpy_kernel(x_ptr, out_ptr, n, alpha, XBLOCK: dl.constexpr):
+    offs = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)
+    mask = offs < n
+    dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=mask, other=0.0) * alpha, mask=mask)
+
+
+@pytest.fixture
+def stub(fake_driver, monkeypatch):  # noqa: F811
+    """The fake driver plus a fake compiler: records the ArgSpecs of every build."""
+    built = []
+
+    def compile_ptx(fn, *, cc, num_warps):
+        built.append(tuple(fn.args))
+        param_types = tuple("ptr" if type_string(a.type)[0] == "*" else _PARAM_TYPES[type_string(a.type)]
+                            for a in fn.args)
+        return types.SimpleNamespace(name=fn.name, llvm_ir="", ptx=f"// {fn.name} {len(built)}", cc=cc,
+                                     num_warps=num_warps, shared_bytes=0, param_types=param_types)
+
+    monkeypatch.setattr(launcher, "compile_ptx", compile_ptx)
+    monkeypatch.setattr(launcher, "ptx_to_cubin", lambda ptx, cc: b"CUBIN:" + ptx.encode())
+    monkeypatch.setattr(launcher, "toolchain_versions", lambda: dict(TOOLCHAIN))
+    fake_driver.param_types = ("ptr", "ptr", "i32", "f32")
+    return types.SimpleNamespace(driver=fake_driver, built=built)
+
+
+def tensors():
+    """A 16-byte-aligned input (torch's CPU allocator aligns to 64), a view 4 bytes off it, an output."""
+    storage = torch.randn(64)
+    assert storage.data_ptr() % 16 == 0
+    return cuda_like(storage[:32]), cuda_like(storage[1:33]), cuda_like(torch.empty(32))
+
+
+def by_getitem(x, out, n, alpha):
+    axpy_kernel[(1,)](x, out, n, alpha, XBLOCK=32)
+
+
+def by_bound_launcher():
+    bound = launcher.bind_launcher(axpy_kernel, "cuda:0", ("tensor", "tensor", "int", "float"), 4, XBLOCK=32)
+    return lambda x, out, n, alpha: bound((1, 1, 1), x, out, n, alpha)
+
+
+@pytest.mark.parametrize("make_launch", [lambda: by_getitem, by_bound_launcher], ids=["getitem", "bound"])
+def test_pointer_alignment_change_picks_another_specialisation(stub, make_launch):
+    launch = make_launch()
+    aligned, misaligned, out = tensors()
+    launch(aligned, out, 32, 0.5)
+    launch(misaligned, out, 32, 0.5)
+    launch(aligned, out, 32, 2.0)
+    assert [[a.divisible_by_16 for a in spec] for spec in stub.built] == [[True, True, True, False],
+                                                                           [False, True, True, False]]
+    first, second, third = stub.driver.launches
+    assert second["function"] != first["function"] and third["function"] == first["function"]
+    assert [launch["params"] for launch in stub.driver.launches] == [
+        [aligned.data_ptr(), out.data_ptr(), 32, 0.5],
+        [misaligned.data_ptr(), out.data_ptr(), 32, 0.5],
+        [aligned.data_ptr(), out.data_ptr(), 32, 2.0],
+    ]
+    assert counters["kernels_compiled"] == 2
+
+
+def test_bound_launcher_specialises_ints_by_divisibility_and_width(stub):
+    launch = by_bound_launcher()
+    x, _, out = tensors()
+    for n in (32, 33, 2**31 + 16, 2**40 + 32, 48):  # the last two reuse the 3rd and 1st specialisations
+        stub.driver.param_types = ("ptr", "ptr", "i64" if n >= 2**31 else "i32", "f32")
+        launch(x, out, n, 1.0)
+    assert [(spec[2].type.element, spec[2].divisible_by_16) for spec in stub.built] == [
+        (dl.int32, True), (dl.int32, False), (dl.int64, True)
+    ]
+    assert [launch["params"][2] for launch in stub.driver.launches] == [32, 33, 2**31 + 16, 2**40 + 32, 48]
+
+
+def test_bound_launcher_checks_what_its_key_cannot_see(stub):
+    launch = by_bound_launcher()
+    x, _, out = tensors()
+    with pytest.raises(ValueError, match="does not fit in int64"):  # a new key: full validation
+        launch(x, out, 2**64, 1.0)
+    stub.driver.param_types = ("ptr", "ptr", "i64", "f32")
+    launch(x, out, 2**32, 1.0)
+    with pytest.raises(ValueError, match=r"'axpy_kernel': argument 2 = 18446744073709551616 does not fit in i64"):
+        launch(x, out, 2**64, 1.0)  # the key of 2**32, but the value does not pack
+    launch(x, out, 2**32, 1e300)  # beyond float32: rounded to inf, as ctypes would
+    assert stub.driver.launches[-1]["params"][3] == float("inf")
+    with pytest.raises(ValueError, match="argument 1 is on cpu, but the launcher is bound to cuda:0"):
+        launch(x, torch.empty(32), 2**32 + 1, 1.0)  # a new key: the device is checked
+    assert len(stub.driver.launches) == 2 and len(stub.built) == 1
+
+
+def test_bound_launcher_rejects_a_wrongly_bound_kind_and_bad_setup(stub):
+    x, _, out = tensors()
+    bound = launcher.bind_launcher(axpy_kernel, 0, ("tensor", "tensor", "int", "float"), 4, XBLOCK=32)
+    with pytest.raises(TypeError, match=r"argument 3 was bound as 'float' but int makes it a i32 parameter"):
+        bound((1, 1, 1), x, out, 32, 3)
+    with pytest.raises(ValueError, match="unknown argument kinds"):
+        launcher.bind_launcher(axpy_kernel, 0, ("tensor", "pointer", "int", "float"), 4, XBLOCK=32)
+    with pytest.raises(ValueError, match="num_warps"):
+        launcher.bind_launcher(axpy_kernel, 0, ("tensor", "tensor", "int", "float"), 64, XBLOCK=32)
+    assert stub.driver.launches == []
+
+
+def test_bound_launcher_empty_grid_memory_cache_and_interpreter(stub):
+    launch = launcher.bind_launcher(axpy_kernel, 0, ("tensor", "tensor", "int", "float"), 4, XBLOCK=32)
+    x, _, out = tensors()
+    launch((0, 1, 1), x, out, 32, 1.0)
+    assert stub.driver.launches == [] and counters["kernels_compiled"] == 1  # compiled, not launched
+    launcher.clear_memory_cache()
+    launch((2, 1, 1), x, out, 32, 1.0)
+    assert counters["kernels_compiled"] == 1 and counters["cache_hits"] == 1
+    assert stub.driver.launches[0]["grid"] == (2, 1, 1)
+
+    cpu_x, cpu_out = torch.randn(40), torch.full((40,), float("nan"))
+    with config.patch(interpret=True):
+        launch((2, 1, 1), cpu_x, cpu_out, 40, -1.5)
+    torch.testing.assert_close(cpu_out, cpu_x * -1.5)
+    assert len(stub.driver.launches) == 1
+
+
+def cuda_wrapper(fn, *shapes):
+    """Wrapper code for ``fn`` on fake CUDA tensors (no GPU needed to generate it)."""
+    with FakeTensorMode():
+        inputs = [torch.empty(shape, device="cuda") for shape in shapes]
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=decomposition_table())(*inputs)
+    graph = GraphLowering(gm)
+    graph.run()
+    return generate_wrapper(graph, Scheduler(graph), "test")
+
+
+def test_cuda_wrapper_binds_one_launcher_per_kernel_at_load(monkeypatch):
+    code = cuda_wrapper(lambda x, y: (x * y).relu() + 1, (4, 300), (300,))
+    (kernel,) = code.kernels
+    assert f"{kernel.name}[" not in code.source
+    grid_x = -(-int(kernel.numel) // kernel.xblock)
+    assert f"launch_{kernel.name}(({grid_x}, 1, 1), x_1, y_1, buf0, 1200)" in code.source
+    bound = []
+    monkeypatch.setattr(launcher, "bind_launcher", lambda *args, **kwargs: bound.append((args, kwargs)) or len(bound))
+    _, namespace = load_module(code)
+    ((args, kwargs),) = bound
+    assert args == (namespace[kernel.name], CUDA0, ("tensor", "tensor", "tensor", "int"))
+    assert kwargs == {"num_warps": kernel.num_warps, "XBLOCK": kernel.xblock}
+    assert namespace[f"launch_{kernel.name}"] == 1
