@@ -45,7 +45,8 @@ autotuning); the mode is recorded on each compiled graph."""
 
 RUNTIME_OPTIONS = ("interpret", "disable_cache", "cache_dir", "logs", "fallback_on_error")
 """Config fields that matter when a compiled graph runs (kernels are built at first
-launch), so options given for them are re-applied around every call."""
+launch), so options given for them are re-applied around a call whenever the config
+differs from them."""
 
 _graph_ids = itertools.count()
 _warned = False
@@ -98,7 +99,10 @@ class CompiledGraph:
         call: the generated ``call(args)``.
         source: the generated wrapper module source.
         mode, options: how it was compiled; the `RUNTIME_OPTIONS` among ``options``
-            are re-applied around each call.
+            are re-applied around a call when `config` differs from them.
+
+    After the first call, a call adds one flag check to the generated ``call`` (and,
+    when runtime options were given, a comparison of them with `config`).
     """
 
     def __init__(self, call: Callable, eager: Callable, source: str, name: str, mode: str, options: dict):
@@ -114,14 +118,19 @@ class CompiledGraph:
         self._verified = False
 
     def __call__(self, args: list) -> Any:
-        if not self.runtime_options:
-            return self._run(args)
-        with config.patch(**self.runtime_options):
-            return self._run(args)
+        # config.patch costs ~3 us; skip it when the config already holds the options
+        if self.runtime_options and any(getattr(config, k) != v for k, v in self.runtime_options.items()):
+            with config.patch(**self.runtime_options):
+                return self._run(args)
+        if self._verified:
+            return self.call(args)
+        return self._run(args)
 
     def _run(self, args: list) -> Any:
         if self._verified or not config.fallback_on_error:
-            return self.call(args)
+            result = self.call(args)
+            self._verified = True
+            return result
         saved = list(args)
         try:
             result = self.call(args)

@@ -10,6 +10,7 @@ import glob
 import io
 import logging
 import os
+import re
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 import inductor_lite
 from inductor_lite import backend as backend_module
 from inductor_lite.backend import check_options, inductor_lite_backend
+from inductor_lite.codegen import runtime_helpers
 from inductor_lite.config import config
 from inductor_lite.fx_lowering import lowerings
 
@@ -41,18 +43,23 @@ def fresh(monkeypatch, device):
     torch._dynamo.reset()
 
 
+def _poison(t):
+    if t.dtype.is_floating_point:
+        return t.fill_(float("nan"))
+    return t.fill_(True if t.dtype == torch.bool else -77)
+
+
 @pytest.fixture
 def poison_empty(monkeypatch):
-    """Allocations start as NaN / a sentinel, so elements a kernel fails to write show up."""
-    original = torch.empty_strided
+    """Allocations start as NaN / a sentinel, so elements a kernel fails to write show up.
 
-    def poisoned(*args, **kwargs):
-        t = original(*args, **kwargs)
-        if t.dtype.is_floating_point:
-            return t.fill_(float("nan"))
-        return t.fill_(True if t.dtype == torch.bool else -77)
-
-    monkeypatch.setattr(torch, "empty_strided", poisoned)
+    Generated wrappers allocate through `runtime_helpers` (bound when a module loads,
+    which is after this patch) or, on a second CUDA device, `torch.empty_strided`.
+    """
+    for module, name in [(torch, "empty_strided"), (runtime_helpers, "empty_strided_cpu"),
+                         (runtime_helpers, "empty_strided_cuda")]:
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _original=original, **k: _poison(_original(*a, **k)))
 
 
 def tol(dtype):
@@ -96,7 +103,7 @@ def test_pointwise_chain_is_one_kernel_without_intermediate_buffers(poison_empty
     assert inductor_lite.counters["kernels_generated"] == 1
     assert inductor_lite.counters["graphs_compiled"] == 1
     (source,) = compiled_sources(tmp_path)
-    assert source.count("empty_strided(") == 1
+    assert len(re.findall(r"empty_strided(_cpu|_cuda)?\(", source)) == 1
     assert "def poi_fused_add_gelu_mul_relu_sin_sub_0(" in source
 
 
@@ -206,6 +213,30 @@ def test_options_map_onto_config(tmp_path):
     assert "XBLOCK=64" in source
     assert config.xblock != 64 and config.debug_dir == ""
 
+
+def test_runtime_options_hold_during_calls_and_are_patched_only_when_config_differs(monkeypatch):
+    seen, patches = [], []
+    original_patch = config.patch
+
+    def counting_patch(**changes):
+        patches.append(changes)
+        return original_patch(**changes)
+
+    def call(args):
+        args.clear()
+        seen.append((config.interpret, config.xblock))
+        return ()
+
+    monkeypatch.setattr(config, "patch", counting_patch)
+    graph = backend_module.CompiledGraph(call, lambda: (), "", "g", "default", {"interpret": True, "xblock": 64})
+    with original_patch(interpret=False):
+        graph([1])
+        assert config.interpret is False
+    with original_patch(interpret=True):
+        graph([1])
+    # xblock only matters while compiling; interpret is patched once, for the call that needed it
+    assert seen == [(True, config.xblock), (True, config.xblock)] and config.xblock != 64
+    assert patches == [{"interpret": True}]
 
 def test_bad_mode_and_options_are_rejected():
     with pytest.raises(ValueError, match="unknown mode 'fastest'.*max-autotune"):

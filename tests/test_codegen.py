@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._sympy.functions import FloorDiv, Max, Min, ModularIndexing
 
+from inductor_lite.codegen import runtime_helpers
 from inductor_lite.codegen.kernel import choose_block, literal
 from inductor_lite.codegen.printer import kexpr, pexpr
 from inductor_lite.codegen.wrapper import generate_wrapper, load_module
@@ -26,16 +27,17 @@ def build(fn, *inputs, mode="fake"):
     return generate_wrapper(graph, sched, "test")
 
 
+def _poison(t):
+    return t.fill_(float("nan") if t.dtype.is_floating_point else (True if t.dtype == torch.bool else -77))
+
+
 @pytest.fixture
 def poison_empty(monkeypatch):
     """Allocations made by generated code start as NaN / a sentinel, so unwritten elements show."""
-    original = torch.empty_strided
-
-    def poisoned(*args, **kwargs):
-        t = original(*args, **kwargs)
-        return t.fill_(float("nan") if t.dtype.is_floating_point else (True if t.dtype == torch.bool else -77))
-
-    monkeypatch.setattr(torch, "empty_strided", poisoned)
+    for module, name in [(torch, "empty_strided"), (runtime_helpers, "empty_strided_cpu"),
+                         (runtime_helpers, "empty_strided_cuda")]:
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _original=original, **k: _poison(_original(*a, **k)))
 
 
 def run(code, *inputs):
@@ -112,7 +114,7 @@ def test_wrapper_module_runs_and_frees(poison_empty):
     code = build(fn, x, w)
     src = code.source
     assert "def call(args):" in src and "args.clear()" in src
-    assert "aten.mm.default(" in src and "del " in src
+    assert "aten_mm_default = direct_op(aten.mm.default)" in src and "aten_mm_default(" in src and "del " in src
     (out,), namespace = run(code, x.clone(), w.clone())
     torch.testing.assert_close(out, fn(x, w))
     kernel = namespace[code.kernels[0].name]
@@ -123,7 +125,7 @@ def test_intermediates_are_neither_allocated_nor_stored(poison_empty):
     fn = lambda x: (lambda a: (a + 1, a * 2))(x.exp() * 3)  # noqa: E731
     x = torch.randn(4, 6)
     code = build(fn, x)
-    assert code.source.count("empty_strided(") == 2  # the two outputs only
+    assert code.source.count("empty_strided_cpu(") == 2  # the two outputs only
     (kernel,) = code.kernels
     assert kernel.source.count("dl.store(") == 2
     outs, _ = run(code, x)
@@ -174,6 +176,107 @@ def test_views_into_externs_are_reinterpret_tensor_calls():
     assert "reinterpret_tensor(x_1, (4, 5), (1, 4), 0)" in code.source
     assert not code.kernels
 
+
+
+def test_poison_reaches_generated_allocations(poison_empty, monkeypatch):
+    """The fixture above must patch what generated code allocates with, or it proves nothing."""
+    from inductor_lite.dsl.kernel import Kernel
+
+    monkeypatch.setattr(Kernel, "run", lambda *args, **kwargs: None)
+    code = build(lambda x, i: (x + 1, i * 2), torch.randn(5), torch.randint(0, 9, (3,)))
+    (out, out_int), _ = run(code, torch.randn(5), torch.randint(0, 9, (3,)))
+    assert out.isnan().all() and (out_int == -77).all()
+
+
+def test_wrapper_lines_use_the_fast_runtime_helpers():
+    code = build(lambda x, w: torch.relu(x @ w.t()).sum(0), torch.randn(4, 5), torch.randn(3, 5))
+    src = code.source
+    call = src[src.index("def call(args):"):]
+    assert "aten_mm_default = direct_op(aten.mm.default)" in src
+    assert "buf0 = aten_mm_default(x_1, reinterpret_tensor(w_1, (5, 3), (1, 5), 0))" in call
+    assert "    if buf0.stride() != (3, 1) or buf0.size() != (4, 3):\n" in call
+    assert "        buf0 = ensure_strides(buf0, (4, 3), (3, 1))\n" in call
+    assert "empty_strided_cpu((4, 3), (3, 1), torch.float32)" in call
+    assert "aten." not in call and "torch.device" not in call and "with " not in call
+
+
+def test_cuda_graph_runs_under_a_device_guard_and_allocates_on_the_current_device():
+    with torch._subclasses.FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = torch.empty(4, 5, device="cuda:0"), torch.empty(5, device="cuda:0")
+        code = build(lambda x, y: ((x + y) @ x.t()).relu(), x, y)
+    call = code.source[code.source.index("def call(args):"):].splitlines()
+    assert call[1] == "    with torch.cuda.device(0):"
+    assert all(line.startswith("        ") for line in call[2:])
+    assert sum("empty_strided_cuda((4, 5), (5, 1), torch.float32)" in line for line in call) == 1
+    assert not any("empty_strided(" in line for line in call)
+
+
+@pytest.mark.gpu
+def test_cuda_wrapper_runs_and_matches_eager(poison_empty):
+    fn = lambda x, y, w: (torch.relu((x + y) @ w.t()), (x * 2)[:, 1:].sum(0))  # noqa: E731
+    x, y, w = (torch.randn(*s, device="cuda") for s in ((6, 5), (5,), (4, 5)))
+    code = build(fn, x, y, w)
+    assert "    with torch.cuda.device(0):" in code.source and "empty_strided_cuda(" in code.source
+    device_before = torch.cuda.current_device()
+    outs, _ = run(code, x, y, w)
+    assert torch.cuda.current_device() == device_before
+    for got, expected in zip(outs, fn(x, y, w)):
+        torch.testing.assert_close(got, expected)
+        assert got.stride() == expected.stride() and got.device == expected.device
+
+def test_graph_on_two_cuda_devices_allocates_with_explicit_devices():
+    with torch._subclasses.FakeTensorMode(allow_non_fake_inputs=True):
+        x, y = torch.empty(4, 5, device="cuda:0"), torch.empty(4, 5, device="cuda:1")
+        code = build(lambda x, y: (y + 1).to("cuda:0") * x, x, y)
+    call = code.source[code.source.index("def call(args):"):]
+    assert "with " not in call and "empty_strided_cuda(" not in call
+    assert "device=device_0, dtype=torch.float32)" in call and "device=device_1, dtype=torch.float32)" in call
+
+
+def test_extern_output_with_unexpected_strides_is_copied_to_the_assumed_layout(poison_empty):
+    fn = lambda x, w: ((x @ w) * 2, x @ w)  # noqa: E731
+    x, w = torch.randn(6, 5), torch.randn(5, 7)
+    code = build(fn, x, w)
+    call, namespace = load_module(code)
+    # a column-major result: what a backend kernel could return where the meta function said row-major
+    namespace["aten_mm_default"] = lambda a, b: torch.mm(a, b).t().contiguous().t()
+    outs = call([x, w])
+    for got, expected in zip(outs, fn(x, w)):
+        torch.testing.assert_close(got, expected)
+        assert got.stride() == expected.stride()
+
+
+def test_ensure_strides():
+    t = torch.randn(3, 4)
+    assert runtime_helpers.ensure_strides(t, (3, 4), (4, 1)) is t
+    column_major = t.t().contiguous().t()
+    fixed = runtime_helpers.ensure_strides(column_major, (3, 4), (4, 1))
+    assert fixed.stride() == (4, 1) and torch.equal(fixed, t)
+    # size-1 dimensions place no element differently: kept as the op returned it
+    row = torch.randn(1, 5)
+    assert runtime_helpers.ensure_strides(row, (1, 5), (99, 1)) is row
+    with pytest.raises(RuntimeError, match=r"size \(3, 4\), expected \(4, 3\)"):
+        runtime_helpers.ensure_strides(t, (4, 3), (3, 1))
+
+
+def test_runtime_helpers_match_their_python_equivalents():
+    base = torch.randn(6, 7)[1:, 2:]  # storage offset 9
+    got = runtime_helpers.reinterpret_tensor(base, (2, 3), (1, 7), 4)
+    expected = runtime_helpers._reinterpret_tensor(base, (2, 3), (1, 7), 4)
+    assert (got.shape, got.stride(), got.storage_offset()) == (expected.shape, expected.stride(), 13)
+    assert torch.equal(got, expected)
+    got = runtime_helpers.empty_strided_cpu((2, 3), (1, 2), torch.float16)
+    expected = runtime_helpers._empty_strided_cpu((2, 3), (1, 2), torch.float16)
+    assert (got.shape, got.stride(), got.dtype, got.device) == (expected.shape, expected.stride(),
+                                                                expected.dtype, expected.device)
+
+
+def test_direct_op():
+    mm = torch.ops.aten.mm.default
+    a, b = torch.randn(2, 3), torch.randn(3, 4)
+    assert runtime_helpers.direct_op(mm) is mm._op
+    torch.testing.assert_close(runtime_helpers.direct_op(mm)(a, b), a @ b)
+    assert runtime_helpers.direct_op(torch.mm) is torch.mm  # not an OpOverload: unchanged
 
 PTX_CASES = {
     "fused_chain_fp16": (lambda x, y: F.gelu(x * y) + x, [torch.randn(8, 16).half(), torch.randn(16).half()]),

@@ -1,18 +1,41 @@
 """Wrapper codegen: a scheduled graph -> a Python module with ``call(args)``.
 
-The module holds the graph's DSL kernels and one function::
+The module holds the graph's DSL kernels, the extern ops bound once at load time, and
+one function::
+
+    aten_mm_default = direct_op(aten.mm.default)
 
     def call(args):
-        primals_1, primals_2 = args
-        args.clear()                      # boxed convention: inputs can be freed early
-        s0 = primals_1.size(0)            # size symbols from the inputs
-        buf0 = empty_strided((s0, 16), (16, 1), device=device_0, dtype=torch.float32)
-        poi_fused_add_0[(dl.cdiv(16*s0, 1024),)](primals_1, primals_2, buf0, 16*s0, XBLOCK=1024, num_warps=4)
-        del primals_2
-        buf1 = aten.mm.default(buf0, primals_1)
-        buf1 = ensure_strides(buf1, (s0, s0), (s0, 1))
-        ...
-        return (buf1, s0)
+        with torch.cuda.device(0):            # empty_strided_cuda allocates on the current device
+            primals_1, primals_2 = args
+            args.clear()                      # boxed convention: inputs can be freed early
+            s0 = primals_1.size(0)            # size symbols from the inputs
+            buf0 = empty_strided_cuda((s0, 16), (16, 1), torch.float32)
+            launch_poi_fused_add_0((dl.cdiv(16*s0, 1024), 1, 1), primals_1, primals_2, buf0, 16*s0)
+            del primals_2
+            buf1 = aten_mm_default(buf0, reinterpret_tensor(primals_1, (16, s0), (1, 16), 0))
+            if buf1.stride() != (s0, 1) or buf1.size() != (s0, s0):
+                buf1 = ensure_strides(buf1, (s0, s0), (s0, 1))
+            ...
+            return (buf1, s0)
+
+Every line is kept cheap, since ``call`` runs hundreds of them per training step:
+allocations, views and extern calls go through the C++ entry points in
+`runtime_helpers` (no Python argument parsing, no ``OpOverload.__call__`` frame), and an
+extern output's layout is compared inline with the one compile time assumed (a call
+to ``ensure_strides`` only on a mismatch). A CPU graph has no device guard and
+allocates with ``empty_strided_cpu``; allocations on a CUDA device other than the
+guarded one use ``empty_strided(..., device=...)``.
+
+Kernels on CPU tensors run in the DSL interpreter and are launched as
+``kernel[grid](*args, XBLOCK=..., num_warps=...)``. Kernels on a CUDA device are
+launched through a launcher bound once, when the module loads, to the kernel's device,
+argument kinds, constexprs and num_warps (``runtime.launcher.bind_launcher``)::
+
+    launch_poi_fused_add_0 = bind_launcher(poi_fused_add_0, device_0, ("tensor", "tensor", "tensor", "int"),
+                                           num_warps=4, XBLOCK=1024)
+
+so a launch re-checks only what the compiled binary assumes and the code does not fix.
 
 `load_module` execs the source under a fake filename registered in `linecache`, so
 ``inspect.getsource`` (which the DSL uses to read kernels) and tracebacks work.
@@ -74,6 +97,9 @@ class WrapperCodegen:
         self.scheduler = scheduler
         self.out = _Writer()
         self.kernels: list[KernelSource] = []
+        self.bindings: list[str] = []  # module-level `launch_<kernel> = bind_launcher(...)` lines
+        self.extern_ops: dict[str, str] = {}  # module-level name -> the op's path (`aten.mm.default`)
+        self.guard_device: Optional[torch.device] = None  # the CUDA device `call` runs under
         self.defined_symbols: set[sympy.Symbol] = set()
         self.used_symbols: set[sympy.Symbol] = set()
 
@@ -129,10 +155,14 @@ class WrapperCodegen:
             self.defined_symbols.add(symbol)
 
     def _allocate(self, name: str, layout: Layout) -> None:
-        self.out.line(
-            f"{name} = empty_strided({self._shape(layout.size)}, {self._shape(layout.stride)}, "
-            f"device={self.out.device(layout.device)}, dtype={layout.dtype})"
-        )
+        size, stride = self._shape(layout.size), self._shape(layout.stride)
+        if layout.device.type == "cpu":
+            self.out.line(f"{name} = empty_strided_cpu({size}, {stride}, {layout.dtype})")
+        elif layout.device == self.guard_device:
+            self.out.line(f"{name} = empty_strided_cuda({size}, {stride}, {layout.dtype})")
+        else:
+            self.out.line(f"{name} = empty_strided({size}, {stride}, "
+                          f"device={self.out.device(layout.device)}, dtype={layout.dtype})")
 
     def _kernel_step(self, group: KernelGroup) -> None:
         kernel = generate_kernel(group, len(self.kernels), self.scheduler.removed_buffers, self._dtype_of)
@@ -144,11 +174,29 @@ class WrapperCodegen:
         if numel.is_number and int(numel) == 0:
             return
         if numel.is_number:
-            grid = _tuple([str(math.ceil(int(numel) / kernel.xblock))])
+            grid_x = str(math.ceil(int(numel) / kernel.xblock))
         else:
-            grid = _tuple([f"dl.cdiv({self._expr(numel)}, {kernel.xblock})"])
+            grid_x = f"dl.cdiv({self._expr(numel)}, {kernel.xblock})"
         args = [value if kind == "buffer" else self._expr(value) for kind, value in kernel.call_args]
-        self.out.line(f"{kernel.name}[{grid}]({', '.join(args)}, XBLOCK={kernel.xblock}, num_warps={kernel.num_warps})")
+        device = self._kernel_device(kernel)
+        if device is None or device.type != "cuda":
+            self.out.line(
+                f"{kernel.name}[{_tuple([grid_x])}]({', '.join(args)}, "
+                f"XBLOCK={kernel.xblock}, num_warps={kernel.num_warps})"
+            )
+            return
+        kinds = _tuple([repr("tensor" if kind == "buffer" else "int") for kind, _ in kernel.call_args])
+        launcher = f"launch_{kernel.name}"
+        self.bindings.append(
+            f"{launcher} = bind_launcher({kernel.name}, {self.out.device(device)}, {kinds}, "
+            f"num_warps={kernel.num_warps}, XBLOCK={kernel.xblock})"
+        )
+        self.out.line(f"{launcher}({_tuple([grid_x, '1', '1'])}, {', '.join(args)})")
+
+    def _kernel_device(self, kernel: KernelSource) -> Optional[torch.device]:
+        """The device of a kernel's tensor arguments; None when it has none or they disagree."""
+        devices = {self._device_of(value) for kind, value in kernel.call_args if kind == "buffer"}
+        return devices.pop() if len(devices) == 1 else None
 
     def _extern_step(self, node) -> None:
         buf = node.node
@@ -156,17 +204,41 @@ class WrapperCodegen:
             self.out.line(f"{buf.name} = {buf.parent.name}[{buf.index}]")
         else:
             args = [self._value(a) for a in buf.args] + [f"{k}={self._value(v)}" for k, v in buf.kwargs.items()]
-            self.out.line(f"{buf.name} = {_op_path(buf.op)}({', '.join(args)})")
+            self.out.line(f"{buf.name} = {self._extern_op(buf.op)}({', '.join(args)})")
         if buf.layout is not None:
             self._define_symbols(buf.name, self.graph.symbol_sources)
-            self.out.line(f"{buf.name} = ensure_strides({buf.name}, {self._shape(buf.layout.size)}, "
-                          f"{self._shape(buf.layout.stride)})")
+            size, stride = self._shape(buf.layout.size), self._shape(buf.layout.stride)
+            # stride first: the likelier mismatch; ensure_strides re-checks both
+            self.out.line(f"if {buf.name}.stride() != {stride} or {buf.name}.size() != {size}:")
+            self.out.line(f"    {buf.name} = ensure_strides({buf.name}, {size}, {stride})")
+
+    def _extern_op(self, op) -> str:
+        """The module-level name ``op`` is bound to (``aten_mm_default`` for ``aten.mm.default``)."""
+        path = _op_path(op)
+        name = path.removeprefix("torch.ops.").replace(".", "_")
+        self.extern_ops[name] = path
+        return name
 
     def _dtype_of(self, name: str) -> torch.dtype:
         buf = self.scheduler.buffers.get(name) or self.graph.graph_inputs[name]
         return buf.layout.dtype
 
+    def _device_of(self, name: str) -> torch.device:
+        buf = self.scheduler.buffers.get(name) or self.graph.graph_inputs[name]
+        return buf.layout.device
+
+    def _single_cuda_device(self) -> Optional[torch.device]:
+        """The CUDA device of the graph's tensors when there is exactly one, else None."""
+        layouts = [b.layout for b in self.scheduler.buffers.values()]
+        layouts += [b.layout for b in self.graph.graph_inputs.values()]
+        devices = {lay.device for lay in layouts if lay is not None and lay.device.type == "cuda"}
+        if len(devices) != 1:
+            return None
+        (device,) = devices
+        return device if device.index is not None else None
+
     def generate(self) -> None:
+        self.guard_device = self._single_cuda_device()
         names = [name for name, _ in self.graph.placeholders]
         self.out.line(f"{_tuple(names)} = args" if names else "assert not args")
         self.out.line("args.clear()")
@@ -195,16 +267,28 @@ class WrapperCodegen:
             f"# {title}: generated by inductor_lite",
             "import torch",
             "import inductor_lite.dsl as dl",
-            "from inductor_lite.codegen.runtime_helpers import ensure_strides, reinterpret_tensor",
+            "from inductor_lite.codegen.runtime_helpers import (",
+            "    direct_op, empty_strided_cpu, empty_strided_cuda, ensure_strides, reinterpret_tensor,",
+            ")",
+        ]
+        if self.bindings:
+            header.append("from inductor_lite.runtime.launcher import bind_launcher")
+        header += [
             "",
             "aten = torch.ops.aten",
             "prims = torch.ops.prims",
             "empty_strided = torch.empty_strided",
         ]
         header += [f"{name} = torch.device({str(dev)!r})" for dev, name in self.out.devices.items()]
+        header += [f"{name} = direct_op({path})" for name, path in self.extern_ops.items()]
         kernels = [k.source for k in self.kernels]
-        call = ["def call(args):", *self.out.lines]
-        return "\n".join(header) + "\n\n\n" + "\n\n".join(kernels + ["\n".join(call)]) + "\n"
+        bindings = ["\n".join(self.bindings)] if self.bindings else []
+        if self.guard_device is None:
+            call = ["def call(args):", *self.out.lines]
+        else:
+            guard = f"    with torch.cuda.device({self.guard_device.index}):"
+            call = ["def call(args):", guard, *("    " + line for line in self.out.lines)]
+        return "\n".join(header) + "\n\n\n" + "\n\n".join(kernels + bindings + ["\n".join(call)]) + "\n"
 
 
 def _float(v: float) -> str:
