@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import inductor_lite
+import inductor_lite.runtime.launcher
 from inductor_lite import backend as backend_module
 from inductor_lite.backend import check_options, inductor_lite_backend
 from inductor_lite.codegen import runtime_helpers
@@ -271,10 +272,13 @@ def test_lowering_failure_falls_back_to_eager(monkeypatch, caplog):
 
 
 def test_first_run_failure_falls_back_to_eager(monkeypatch):
-    def broken_run(self, *args, **kwargs):
+    def broken(*args, **kwargs):
         raise RuntimeError("injected launch failure")
 
-    monkeypatch.setattr(inductor_lite.dsl.Kernel, "run", broken_run)
+    # The first launch of a kernel goes through the interpreter (CPU) or builds and
+    # loads the binary (CUDA, bound launchers included).
+    monkeypatch.setattr(inductor_lite.dsl.interpreter, "run", broken)
+    monkeypatch.setattr(inductor_lite.runtime.launcher, "precompile", broken)
     fn = lambda x: x.exp() - 1  # noqa: E731
     x = torch.randn(8)
     with config.patch(fallback_on_error=True):
