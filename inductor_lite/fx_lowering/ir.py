@@ -120,6 +120,21 @@ class IRNode:
         return product(self.get_size())
 
 
+class LayoutNode(IRNode):
+    """An IR node whose size, dtype and device are those of its ``layout``."""
+
+    layout: Layout
+
+    def get_size(self) -> list[Expr]:
+        return self.layout.size
+
+    def get_dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    def get_device(self) -> torch.device:
+        return self.layout.device
+
+
 @dataclasses.dataclass
 class Loops(IRNode):
     """Common base of `Pointwise` and `Reduction`: a loop nest over ``ranges``."""
@@ -163,22 +178,13 @@ class Reduction(Loops):
     reduction_type: str = "sum"
 
 
-class Buffer(IRNode):
+class Buffer(LayoutNode):
     """A tensor in memory, named ``name`` in the generated wrapper, laid out by ``layout``."""
 
     def __init__(self, name: str, layout: Optional[Layout], origins: Optional[dict[str, str]] = None):
         self.name = name
         self.layout = layout
         self.origins = dict(origins or {})
-
-    def get_size(self) -> list[Expr]:
-        return self.layout.size
-
-    def get_dtype(self) -> torch.dtype:
-        return self.layout.dtype
-
-    def get_device(self) -> torch.device:
-        return self.layout.device
 
     def make_loader(self) -> InnerFn:
         name, layout = self.name, self.layout
@@ -254,7 +260,7 @@ class MultiOutput(Buffer):
         self.storage_offset = as_expr(storage_offset)
 
 
-class ReinterpretView(IRNode):
+class ReinterpretView(LayoutNode):
     """A strided view of a realized buffer's memory (no copy).
 
     ``layout.offset`` is relative to ``data``'s data pointer.
@@ -266,15 +272,6 @@ class ReinterpretView(IRNode):
         self.data = data
         self.layout = layout
         self.origins = data.origins
-
-    def get_size(self) -> list[Expr]:
-        return self.layout.size
-
-    def get_dtype(self) -> torch.dtype:
-        return self.layout.dtype
-
-    def get_device(self) -> torch.device:
-        return self.layout.device
 
     def make_loader(self) -> InnerFn:
         name, layout = self.data.name, self.layout
