@@ -162,8 +162,13 @@ def run(specs: list[ModelSpec], backends: list[str], settings: Settings) -> list
             for backend in backends:
                 # The generator runs lazily: this backend is measured inside next().
                 progress.update(task, description=f"{spec.name} / {backend}")
-                rows.append(next(results))
+                row = next(results)
+                rows.append(row)
                 progress.advance(task)
+                # One plain line per row, so a run cut short still leaves its results.
+                speedup = "-" if row.speedup is None else f"{row.speedup:.2f}x"
+                print(f"{row.model} / {row.backend}: {row.status}, accuracy {row.accuracy or '-'}, "
+                      f"speedup {speedup}", flush=True)
     return rows
 
 
