@@ -22,6 +22,17 @@ import inductor_lite.dsl as dl
 # ----------------------------------------------------------------------------- kernels
 
 
+
+@dl.kernel
+def axpy_kernel(x_ptr, y_ptr, out_ptr, n, alpha, XBLOCK: dl.constexpr):
+    """out = x * alpha + y: the runtime tests' kernel (a float scalar argument)."""
+    offs = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = dl.load(y_ptr + offs, mask=mask, other=0.0)
+    dl.store(out_ptr + offs, x * alpha + y, mask=mask)
+
+
 @dl.kernel
 def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: dl.constexpr):
     offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)

@@ -12,7 +12,6 @@ import pytest
 import torch
 from cuda.bindings import driver as cu
 
-import inductor_lite.dsl as dl
 from inductor_lite.config import config
 from inductor_lite.dsl import assembler
 from inductor_lite.counters import counters, reset as reset_counters
@@ -20,6 +19,8 @@ from inductor_lite.runtime import cache as cache_mod
 from inductor_lite.runtime import driver, launcher
 from inductor_lite.runtime.cache import BinaryCache, CompiledBinary, cache_key, decode_entry, encode_entry
 from inductor_lite.runtime.launcher import ParamBuffer, normalize_grid
+
+from dsl_corpus import axpy_kernel
 
 TOOLCHAIN = {"llvm": "22.1.0", "llvmlite": "0.50.0", "ptxas": "13.0.88"}
 
@@ -679,15 +680,6 @@ def test_check_unwraps_payloads():
 
 
 # --------------------------------------------------------------------------- real compiler, fake driver
-
-
-@dl.kernel
-def axpy_kernel(x_ptr, y_ptr, out_ptr, n, alpha, XBLOCK: dl.constexpr):
-    offs = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)
-    mask = offs < n
-    x = dl.load(x_ptr + offs, mask=mask, other=0.0)
-    y = dl.load(y_ptr + offs, mask=mask, other=0.0)
-    dl.store(out_ptr + offs, x * alpha + y, mask=mask)
 
 
 @pytest.mark.skipif(not assembler.can_assemble(), reason="needs nvJitLink or ptxas")

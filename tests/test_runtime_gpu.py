@@ -18,6 +18,8 @@ from inductor_lite.config import config
 from inductor_lite.counters import counters, reset as reset_counters
 from inductor_lite.runtime import CompiledBinary, LoadedKernel, clear_memory_cache, launch
 
+from dsl_corpus import axpy_kernel
+
 pytestmark = pytest.mark.gpu
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -163,15 +165,6 @@ def test_bad_arguments_fail_before_reaching_the_gpu():
 
 
 # --------------------------------------------------------------------------- DSL kernels
-
-
-@dl.kernel
-def axpy_kernel(x_ptr, y_ptr, out_ptr, n, alpha, XBLOCK: dl.constexpr):
-    offs = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)
-    mask = offs < n
-    x = dl.load(x_ptr + offs, mask=mask, other=0.0)
-    y = dl.load(y_ptr + offs, mask=mask, other=0.0)
-    dl.store(out_ptr + offs, x * alpha + y, mask=mask)
 
 
 @dl.kernel
