@@ -21,6 +21,9 @@ xblock              INDUCTOR_LITE_XBLOCK             default block size of 1-D k
 fallback_on_error   INDUCTOR_LITE_FALLBACK_ON_ERROR  1 (default): a graph that fails to
                                                      compile runs eagerly, and the reason is
                                                      logged; 0: raise
+autotune            INDUCTOR_LITE_AUTOTUNE           1 (default): time the candidate block
+                                                     sizes of tunable kernels on first use
+                                                     (CUDA only); 0: use the default config
 ==================  ===============================  =======================================
 """
 
@@ -74,6 +77,7 @@ class Config:
     fallback_on_error: bool = dataclasses.field(
         default_factory=lambda: _env_bool("INDUCTOR_LITE_FALLBACK_ON_ERROR", True)
     )
+    autotune: bool = dataclasses.field(default_factory=lambda: _env_bool("INDUCTOR_LITE_AUTOTUNE", True))
 
     @contextlib.contextmanager
     def patch(self, **changes: Any) -> Iterator[None]:

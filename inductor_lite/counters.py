@@ -8,7 +8,8 @@
 - ``kernels_compiled``: binaries built through LLVM (disk-cache misses);
 - ``cache_hits``: binaries loaded from the on-disk cache;
 - ``extern_calls``: aten fallback calls placed in compiled graphs;
-- ``extern.<op>``: the same, per aten overload, e.g. ``extern.aten.mm.default``.
+- ``extern.<op>``: the same, per aten overload, e.g. ``extern.aten.mm.default``;
+- ``autotune_runs``: tuning keys decided by timing (not from the disk cache).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ Nothing is printed unless asked for.
 Artifacts: ``output_code`` (wrapper + DSL kernels of each graph), ``fusion`` (fusion
 decisions), ``schedule`` (the kernel order), ``cache`` (disk cache hits and misses),
 ``ptx`` (PTX of each compiled kernel), ``fallbacks`` (every aten fallback and every
-graph that ran eagerly, with the reason).
+graph that ran eagerly, with the reason), ``autotune`` (each candidate config's time
+and the choice).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 
 from .config import config
 
-ARTIFACTS = ("output_code", "fusion", "schedule", "cache", "ptx", "fallbacks")
+ARTIFACTS = ("output_code", "fusion", "schedule", "cache", "ptx", "fallbacks", "autotune")
 
 _handler = logging.StreamHandler(sys.stderr)
 _handler.setFormatter(logging.Formatter("[inductor_lite.%(artifact)s] %(message)s"))

@@ -27,10 +27,10 @@ launchers pass ``NO_MASK=True`` and the kernels are compiled without masks. Argm
 a max reduction followed by a min over the columns that hold the maximum, cheaper
 per element than a (value, index) reduction.
 
-The block sizes and warp counts come from `pointwise_config`, `tile_config` and
-`row_config`; the benchmark's ``--tune`` option times the alternatives from
-`pointwise_candidates`, `tile_candidates` and `row_candidates`. Every launcher takes
-``config=`` to override the choice.
+A launcher given no ``config=`` takes the one `choose_config` picks: on CUDA the
+fastest of `pointwise_candidates`, `tile_candidates` or `row_candidates`, timed by the
+runtime's autotuner on the first call for a (shape, dtype) and remembered on disk; on
+CPU the default (`pointwise_config`, `tile_config`, `row_config`).
 
 Indices are int32: every tensor must have fewer than 2**31 elements.
 """
@@ -43,6 +43,7 @@ from typing import Optional, Sequence
 import torch
 
 import inductor_lite.dsl as dl
+from inductor_lite.runtime.autotune import autotune
 
 PERSISTENT_MAX_RBLOCK = 32768
 """Longest row (as a power of two) the persistent row kernels hold in registers:
@@ -117,11 +118,11 @@ def pointwise_config(numel: int, element_size: int) -> PointwiseConfig:
 
 
 def pointwise_candidates(numel: int, element_size: int) -> list[PointwiseConfig]:
-    """Alternatives to `pointwise_config` for ``--tune`` (the default first): 4 or 8
-    warps moving 16 to 128 bytes per thread and tensor."""
+    """What the autotuner times for a 1-D pointwise kernel (the default first): 4 warps
+    moving 32 to 128 bytes per thread and tensor, or 8 warps moving 32 or 64."""
     default = pointwise_config(numel, element_size)
     options = [PointwiseConfig(min(bytes_per_thread * 32 * warps // element_size, next_power_of_2(numel)), warps)
-               for warps in (4, 8) for bytes_per_thread in (16, 32, 64, 128)]
+               for warps, bytes_per_thread in ((4, 32), (4, 128), (8, 32), (8, 64))]
     return _unique([default] + options)
 
 
@@ -138,16 +139,15 @@ def tile_config(rows: int, cols: int, element_size: int) -> TileConfig:
 
 
 def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]:
-    """Alternatives to `tile_config` for ``--tune`` (the default first): 4 or 8 warps,
-    512 or 1024 columns, 32 to 128 bytes per thread."""
+    """What the autotuner times for `bias_gelu` (the default first): 4 or 8 warps, up to
+    1024 columns, 32 to 128 bytes per thread."""
     default = tile_config(rows, cols, element_size)
+    xblock = min(1024, next_power_of_2(cols))
     options = []
     for warps in (4, 8):
-        for xblock in (512, 1024):
-            xblock = min(xblock, next_power_of_2(cols))
-            for bytes_per_thread in (32, 64, 128):
-                yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
-                options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps))
+        for bytes_per_thread in (32, 64, 128):
+            yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
+            options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps))
     return _unique([default] + options)
 
 
@@ -179,22 +179,31 @@ def row_config(cols: int, element_size: int) -> RowConfig:
 
 
 def row_candidates(cols: int, element_size: int) -> list[RowConfig]:
-    """Alternatives to `row_config` for ``--tune`` (the default first). Persistent: 4
-    to 32 warps, 1 to 8 rows per program, 8 to 64 values per thread. Looped (rows over
-    1024 columns): 2048- to 8192-column chunks, 8 or 16 warps."""
+    """What the autotuner times for a row reduction (the default first).
+
+    Persistent: 16 or 32 values per thread over 2048 to 8192 elements per program
+    for rows of up to 1024 columns; 8 to 64 values per thread, one row per program
+    (and two, up to 4096 columns) for longer rows. The values per thread trade
+    registers (hence programs resident per SM, hence loads in flight) against the
+    cost of the cross-warp reduction. Looped, from 8192 columns: 4096-column chunks
+    with 8 or 16 warps.
+    """
     default = row_config(cols, element_size)
     rblock = next_power_of_2(cols)
     options = []
-    if rblock <= PERSISTENT_MAX_RBLOCK:
-        for xblock in (1, 2, 4, 8):
-            for warps in (4, 8, 16, 32):
-                if 8 <= xblock * rblock // (warps * 32) <= 64:
-                    options.append(RowConfig(xblock, rblock, warps, True))
-    if rblock > 1024:
-        for chunk in (2048, 4096, 8192):
-            for warps in (8, 16):
-                if chunk < rblock and warps * 32 * 4 <= chunk:
-                    options.append(RowConfig(1, chunk, warps, False))
+    if rblock <= 1024:
+        for per_program in (2048, 4096, 8192):
+            for per_thread in (16, 32):
+                warps = per_program // per_thread // 32
+                if 1 <= warps <= 16 and per_program >= rblock:
+                    options.append(RowConfig(per_program // rblock, rblock, warps, True))
+    elif rblock <= PERSISTENT_MAX_RBLOCK:
+        for xblock, per_thread in ((1, 8), (1, 16), (1, 32), (1, 64), (2, 16), (2, 32)):
+            warps = xblock * rblock // per_thread // 32
+            if 1 <= warps <= 32 and (xblock == 1 or rblock <= 4096):
+                options.append(RowConfig(xblock, rblock, warps, True))
+    if rblock >= 8192:
+        options += [RowConfig(1, 4096, 8, False), RowConfig(1, 4096, 16, False)]
     return _unique([default] + options)
 
 
@@ -478,8 +487,7 @@ def _output(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtyp
     return out
 
 
-def _row_config(config: Optional[RowConfig], cols: int, element_size: int) -> RowConfig:
-    config = config or row_config(cols, element_size)
+def _row_config(config: RowConfig, cols: int) -> RowConfig:
     if config.persistent and config.RBLOCK < cols:
         raise ValueError(f"persistent config {config} cannot hold a row of {cols} columns")
     if not config.persistent and config.XBLOCK != 1:
@@ -517,7 +525,7 @@ def add(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = None,
                          f"vs {b.dtype} {tuple(b.shape)} on {b.device}")
     out = _output(out, a.shape, a.dtype, a.device)
     n = a.numel()
-    config = config or pointwise_config(n, a.element_size())
+    config = config or choose_config("add", a, b)
     if n:
         add_kernel[(dl.cdiv(n, config.XBLOCK),)](a, b, out, n, XBLOCK=config.XBLOCK,
                                                   NO_MASK=n % config.XBLOCK == 0, num_warps=config.num_warps)
@@ -536,7 +544,7 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] =
     rows, cols = _check_rows(x, reduction=False)
     _check_param("bias", bias, x)
     out = _output(out, x.shape, x.dtype, x.device)
-    config = config or tile_config(rows, cols, x.element_size())
+    config = config or choose_config("bias_gelu", x, bias)
     if rows and cols:
         grid = (dl.cdiv(rows, config.YBLOCK), dl.cdiv(cols, config.XBLOCK))
         no_mask = rows % config.YBLOCK == 0 and cols % config.XBLOCK == 0
@@ -555,7 +563,7 @@ def softmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
     """
     rows, cols = _check_rows(x)
     out = _output(out, x.shape, x.dtype, x.device)
-    config = _row_config(config, cols, x.element_size())
+    config = _row_config(config, cols) if config else choose_config("softmax", x)
     _launch_rows(softmax_kernel, softmax_looped_kernel, config, rows, cols, (x, out))
     return out
 
@@ -573,7 +581,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     _check_param("weight", weight, x)
     _check_param("bias", bias, x)
     out = _output(out, x.shape, x.dtype, x.device)
-    config = _row_config(config, cols, x.element_size())
+    config = _row_config(config, cols) if config else choose_config("layer_norm", x, weight, bias, eps)
     _launch_rows(layer_norm_kernel, layer_norm_looped_kernel, config, rows, cols, (x, weight, bias, out),
                  (float(eps),))
     return out
@@ -591,7 +599,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     rows, cols = _check_rows(x)
     _check_param("weight", weight, x)
     out = _output(out, x.shape, x.dtype, x.device)
-    config = _row_config(config, cols, x.element_size())
+    config = _row_config(config, cols) if config else choose_config("rms_norm", x, weight, eps)
     _launch_rows(rms_norm_kernel, rms_norm_looped_kernel, config, rows, cols, (x, weight, out), (float(eps),))
     return out
 
@@ -607,7 +615,7 @@ def row_sum(x: torch.Tensor, out: Optional[torch.Tensor] = None,
     """
     rows, cols = _check_rows(x)
     out = _output(out, (rows,), x.dtype, x.device)
-    config = _row_config(config, cols, x.element_size())
+    config = _row_config(config, cols) if config else choose_config("row_sum", x)
     _launch_rows(row_sum_kernel, row_sum_looped_kernel, config, rows, cols, (x, out))
     return out
 
@@ -623,6 +631,44 @@ def row_argmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
     """
     rows, cols = _check_rows(x)
     out = _output(out, (rows,), torch.int64, x.device)
-    config = _row_config(config, cols, x.element_size())
+    config = _row_config(config, cols) if config else choose_config("row_argmax", x)
     _launch_rows(row_argmax_kernel, row_argmax_looped_kernel, config, rows, cols, (x, out))
     return out
+
+
+# ----------------------------------------------------------------------------- autotuning
+
+LAUNCHERS = {"add": add, "bias_gelu": bias_gelu, "softmax": softmax, "layer_norm": layer_norm,
+             "rms_norm": rms_norm, "row_sum": row_sum, "row_argmax": row_argmax}
+
+
+def candidates(op: str, x: torch.Tensor) -> list:
+    """The configs the autotuner times for launcher ``op`` on input ``x`` (the default,
+    `pointwise_config`, `tile_config` or `row_config`, first)."""
+    if op == "add":
+        return pointwise_candidates(x.numel(), x.element_size())
+    if op == "bias_gelu":
+        return tile_candidates(x.shape[0], x.shape[1], x.element_size())
+    return row_candidates(x.shape[-1], x.element_size())
+
+
+def choose_config(op: str, *inputs):
+    """The config launcher ``LAUNCHERS[op]`` uses on ``inputs`` when given none: the
+    fastest of `candidates`, timed on these inputs the first time a (shape, dtype)
+    is seen (`inductor_lite.runtime.autotune`); the default on CPU.
+
+    Raises:
+        KeyError: ``op`` is not in `LAUNCHERS`.
+    """
+    launcher = LAUNCHERS[op]
+    x = inputs[0]
+    scratch: list[torch.Tensor] = []
+
+    def run(config) -> None:
+        if scratch:
+            launcher(*inputs, out=scratch[0], config=config)
+        else:
+            scratch.append(launcher(*inputs, config=config))
+
+    key = (tuple(x.shape), str(x.dtype))
+    return autotune(op, key, candidates(op, x), run, x.device)

@@ -4,7 +4,7 @@ Examples::
 
     python -m inductor_lite.bench.kernels                          # every kernel, fp32 + bf16, full sizes
     python -m inductor_lite.bench.kernels --kernels softmax,layer_norm --dtypes bf16 --sizes 8192x4096
-    python -m inductor_lite.bench.kernels --sizes small --tune --output tune.json
+    python -m inductor_lite.bench.kernels --sizes small --output small.json
     python -m inductor_lite.bench.kernels --device cpu --sizes tiny --no-inductor --repeat 2   # smoke test
 
 For each (kernel, dtype, shape) it checks the DSL kernel (`dsl_kernels`), torch eager
@@ -90,7 +90,7 @@ class KernelBench:
     ``make_inputs(rows, cols, dtype, device, generator)`` returns the input tensors;
     ``torch_fn(*inputs)`` is the torch version (eager, what inductor compiles and, on
     fp64 inputs, the reference); ``ours(*inputs, out=None, config=None)`` the DSL
-    launcher; ``candidates(rows, cols, element_size)`` its configs for ``--tune``.
+    launcher (named ``name`` in `dsl_kernels.LAUNCHERS`, whose autotuner picks its config).
     ``flat``: the op sees a flat tensor of ``rows * cols`` elements. ``exact``: the
     output is integer and must match exactly.
     """
@@ -99,7 +99,6 @@ class KernelBench:
     make_inputs: Callable[..., tuple]
     torch_fn: Callable[..., torch.Tensor]
     ours: Callable[..., torch.Tensor]
-    candidates: Callable[[int, int, int], list]
     flat: bool = False
     exact: bool = False
 
@@ -107,14 +106,6 @@ class KernelBench:
 def _randn(shape, dtype, device, gen, scale=1.0, offset=0.0) -> torch.Tensor:
     x = torch.randn(shape, device=device, generator=gen, dtype=torch.float32)
     return (x * scale + offset).to(dtype)
-
-
-def _flat_candidates(rows: int, cols: int, element_size: int) -> list:
-    return K.pointwise_candidates(rows * cols, element_size)
-
-
-def _row_candidates(rows: int, cols: int, element_size: int) -> list:
-    return K.row_candidates(cols, element_size)
 
 
 LAYER_NORM_EPS = 1e-5
@@ -125,35 +116,35 @@ BENCHES = {
     for b in [
         KernelBench(
             "add", lambda r, c, dt, dev, g: (_randn(r * c, dt, dev, g), _randn(r * c, dt, dev, g)),
-            lambda a, b: a + b, K.add, _flat_candidates, flat=True,
+            lambda a, b: a + b, K.add, flat=True,
         ),
         KernelBench(
             "bias_gelu", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g), _randn(c, dt, dev, g)),
-            lambda x, bias: F.gelu(x + bias), K.bias_gelu, K.tile_candidates,
+            lambda x, bias: F.gelu(x + bias), K.bias_gelu,
         ),
         KernelBench(
             "softmax", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, scale=3.0),),
-            lambda x: torch.softmax(x, -1), K.softmax, _row_candidates,
+            lambda x: torch.softmax(x, -1), K.softmax,
         ),
         KernelBench(
             "layer_norm",
             lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, scale=2.0, offset=0.5), _randn(c, dt, dev, g),
                                       _randn(c, dt, dev, g)),
             lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, LAYER_NORM_EPS),
-            functools.partial(K.layer_norm, eps=LAYER_NORM_EPS), _row_candidates,
+            functools.partial(K.layer_norm, eps=LAYER_NORM_EPS),
         ),
         KernelBench(
             "rms_norm", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, offset=0.25), _randn(c, dt, dev, g)),
             lambda x, w: F.rms_norm(x, (x.shape[-1],), w, RMS_NORM_EPS),
-            functools.partial(K.rms_norm, eps=RMS_NORM_EPS), _row_candidates,
+            functools.partial(K.rms_norm, eps=RMS_NORM_EPS),
         ),
         KernelBench(
             "row_sum", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, offset=0.1),),
-            lambda x: x.sum(-1), K.row_sum, _row_candidates,
+            lambda x: x.sum(-1), K.row_sum,
         ),
         KernelBench(
             "row_argmax", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g),),
-            lambda x: x.argmax(-1), K.row_argmax, _row_candidates, exact=True,
+            lambda x: x.argmax(-1), K.row_argmax, exact=True,
         ),
     ]
 }
@@ -329,8 +320,6 @@ class Row:
     inductor_gbs: Optional[float] = None
     pct_of_copy: Optional[float] = None
     ours_over_inductor: Optional[float] = None
-    tuned_config: str = ""
-    tuned_gbs: Optional[float] = None
     status: str = STATUS_OK
     note: str = ""
 
@@ -346,12 +335,11 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What one run measures: device, timer, whether to run inductor and ``--tune``, seed."""
+    """What one run measures: device, timer, whether to run inductor, seed."""
 
     device: torch.device
     timer: Timer
     inductor: bool = True
-    tune: bool = False
     seed: int = 0
 
 
@@ -360,8 +348,14 @@ def _describe(error: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _default_config(bench: KernelBench, rows: int, cols: int, element_size: int) -> Any:
-    return bench.candidates(rows, cols, element_size)[0]
+def _choose_config(bench: KernelBench, inputs: tuple, notes: list[str]) -> Any:
+    """The config ours runs with: the autotuner's pick (timing the candidates on these
+    inputs on CUDA), or None with a note when every candidate failed."""
+    try:
+        return K.choose_config(bench.name, *inputs)
+    except Exception as error:  # noqa: BLE001 - reported as the row's ERROR
+        notes.append(f"ours: {_describe(error)}")
+        return None
 
 
 def _check_ours(bench: KernelBench, inputs: tuple, ref: torch.Tensor, like: torch.Tensor, dtype: torch.dtype,
@@ -386,10 +380,12 @@ def measure(bench: KernelBench, rows: int, cols: int, dtype: torch.dtype, copy_g
     """
     device = settings.device
     inputs = bench.make_inputs(rows, cols, dtype, device, torch.Generator(device).manual_seed(settings.seed))
-    config = _default_config(bench, rows, cols, inputs[0].element_size())
-    row = Row(bench.name, _dtype_name(dtype), f"{rows * cols}" if bench.flat else f"{rows}x{cols}",
-              inputs[0].nbytes / 1e6, 0, copy_gbs, config=str(config))
     notes: list[str] = []
+    config = _choose_config(bench, inputs, notes)
+    row = Row(bench.name, _dtype_name(dtype), f"{rows * cols}" if bench.flat else f"{rows}x{cols}",
+              inputs[0].nbytes / 1e6, 0, copy_gbs, config=str(config or "-"))
+    if config is None:
+        row.status = STATUS_ERROR
     compiled = _check_all(bench, inputs, dtype, config, settings, row, notes)
     sets = rotation_sets(inputs, row.bytes, l2_bytes(device))
     contenders = {"eager": [functools.partial(bench.torch_fn, *s) for s in sets]}
@@ -404,8 +400,6 @@ def measure(bench: KernelBench, rows: int, cols: int, dtype: torch.dtype, copy_g
         row.pct_of_copy = 100 * row.ours_gbs / copy_gbs
         if row.inductor_us is not None:
             row.ours_over_inductor = row.inductor_us / row.ours_us
-        if settings.tune:
-            _tune(bench, row, inputs, sets, dtype, settings.timer)
         if device.type == "cuda" and row.targeted and not _meets_target(row):
             row.status = STATUS_BELOW
     row.note = "; ".join(notes)
@@ -427,14 +421,15 @@ def _check_all(bench: KernelBench, inputs: tuple, dtype: torch.dtype, config: An
     problem = compare(eager_out, ref, dtype, bench.exact)
     if problem:
         notes.append(f"eager mismatch: {problem}")
-    try:
-        problem = _check_ours(bench, inputs, ref, eager_out, dtype, config)
-        if problem:
-            row.status = STATUS_FAIL
-            notes.append(f"ours mismatch: {problem}")
-    except Exception as error:  # noqa: BLE001 - one kernel's failure must not stop the run
-        row.status = STATUS_ERROR
-        notes.append(f"ours: {_describe(error)}")
+    if config is not None:  # None: choosing it failed, and the row says why
+        try:
+            problem = _check_ours(bench, inputs, ref, eager_out, dtype, config)
+            if problem:
+                row.status = STATUS_FAIL
+                notes.append(f"ours mismatch: {problem}")
+        except Exception as error:  # noqa: BLE001 - one kernel's failure must not stop the run
+            row.status = STATUS_ERROR
+            notes.append(f"ours: {_describe(error)}")
     if not settings.inductor:
         return None
     torch._dynamo.reset()  # a fresh compile per shape: no recompile limit, no dynamic shapes
@@ -453,25 +448,6 @@ def _meets_target(row: Row) -> bool:
     fast_enough = row.pct_of_copy is not None and row.pct_of_copy >= 100 * TARGET_COPY_FRACTION
     beats_inductor = row.ours_over_inductor is None or row.ours_over_inductor > 1.0
     return fast_enough and beats_inductor
-
-
-def _tune(bench: KernelBench, row: Row, inputs: tuple, sets: list[tuple], dtype: torch.dtype, timer: Timer) -> None:
-    """Time every candidate config of ours; record the fastest correct one in ``row``."""
-    rows, cols = (1, inputs[0].numel()) if bench.flat else inputs[0].shape
-    with torch.no_grad():
-        ref = bench.torch_fn(*[t.double() for t in inputs])
-        like = bench.torch_fn(*inputs)
-    best = (row.ours_us / 1e6, row.config)
-    for config in bench.candidates(rows, cols, inputs[0].element_size())[1:]:
-        try:
-            if _check_ours(bench, inputs, ref, like, dtype, config):
-                continue
-            (seconds,) = timer.median_seconds([_ours_calls(bench, sets, config)])
-        except Exception:  # noqa: BLE001 - a config that does not build is just not a candidate
-            continue
-        if seconds < best[0]:
-            best = (seconds, str(config))
-    row.tuned_gbs, row.tuned_config = row.bytes / best[0] / 1e9, best[1]
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -495,28 +471,22 @@ def _console():
 _STATUS_STYLE = {STATUS_OK: "green", STATUS_BELOW: "yellow", STATUS_FAIL: "bold red", STATUS_ERROR: "bold red"}
 
 
-def print_table(rows: list[Row], copy_gbs: float, device_name: str, tune: bool, console=None) -> None:
+def print_table(rows: list[Row], copy_gbs: float, device_name: str, console=None) -> None:
     """The full results table (one line per kernel, dtype and shape)."""
     table_mod = require("rich.table")
     escape = require("rich.markup").escape
     console = console or _console()
     table = table_mod.Table(title=f"DSL kernels on {device_name}: copy bandwidth {copy_gbs:.0f} GB/s")
     headers = ["kernel", "dtype", "shape", "MB", "ours GB/s", "% of copy", "eager GB/s", "inductor GB/s",
-               "ours/inductor", "status", "config"]
-    if tune:
-        headers += ["tuned GB/s", "tuned config"]
-    headers.append("note")
+               "ours/inductor", "status", "config", "note"]
     for h in headers:
-        left = h in ("kernel", "dtype", "shape", "status", "config", "tuned config", "note")
+        left = h in ("kernel", "dtype", "shape", "status", "config", "note")
         table.add_column(h, justify="left" if left else "right", overflow="fold")
     for r in rows:
         style = _STATUS_STYLE[r.status]
         cells = [r.kernel, r.dtype, r.shape, f"{r.mb:.1f}", _fmt(r.ours_gbs, ".0f"), _fmt(r.pct_of_copy, ".1f"),
                  _fmt(r.eager_gbs, ".0f"), _fmt(r.inductor_gbs, ".0f"), _fmt(r.ours_over_inductor, ".2f"),
-                 f"[{style}]{r.status}[/]", r.config]
-        if tune:
-            cells += [_fmt(r.tuned_gbs, ".0f"), r.tuned_config]
-        cells.append(escape(r.note))
+                 f"[{style}]{r.status}[/]", r.config, escape(r.note)]
         table.add_row(*cells)
     console.print(table)
 
@@ -639,8 +609,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=100, help="timed calls per contender (default: 100)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls first (default: 10)")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile(backend='inductor')")
-    parser.add_argument("--tune", action="store_true",
-                        help="also time every candidate config of ours and report the fastest")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if cuda else "cpu",
                         help="default: cuda when available (cpu runs the DSL interpreter)")
     parser.add_argument("--output", help="also write the results to this .csv or .json file")
@@ -665,13 +633,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available (use --device cpu)")
     device = torch.device(args.device)
-    settings = Settings(device, timer, inductor=not args.no_inductor, tune=args.tune, seed=args.seed)
+    settings = Settings(device, timer, inductor=not args.no_inductor, seed=args.seed)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
 
     copy_gbs = copy_bandwidth(device, timer)
     print(f"copy bandwidth: {copy_gbs:.0f} GB/s ({device_name})", file=sys.stderr)
     rows = run([BENCHES[k] for k in kernels], dtypes, sizes, copy_gbs, settings)
-    print_table(rows, copy_gbs, device_name, args.tune)
+    print_table(rows, copy_gbs, device_name)
     if args.output:
         meta = {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

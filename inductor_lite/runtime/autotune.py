@@ -1,0 +1,168 @@
+"""Block-size autotuning: time each candidate launch config on the real arguments, keep
+the fastest, remember it in memory and on disk.
+
+The method is Triton's autotuner's (``triton.testing.do_bench``): every timed call
+runs after a write of a buffer larger than the L2 cache, so each call reads its inputs
+from HBM as it would in a model, and the time is the median of CUDA-event intervals on
+the current stream. A candidate that fails to compile or launch is skipped (and
+logged); the first candidate is the default, used without timing when tuning is off
+(``INDUCTOR_LITE_AUTOTUNE=0``), on a non-CUDA device, or when it is the only one.
+
+Decisions are stored under ``<cache_dir>/autotune/<sha256>.json``, named by a hash of
+the tuning key, the candidate list, the device name and the toolchain
+(`toolchain_versions`, which covers the DSL compiler's own source), so a second process
+skips the timing. As in `cache`, entries are written atomically and a file that cannot
+be read or does not name one of the candidates is ignored.
+
+``counters["autotune_runs"]`` counts the keys tuned by timing in this process; the
+``autotune`` log artifact prints every candidate's time and the choice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+from typing import Callable, Hashable, Sequence, TypeVar
+
+import torch
+
+from ..config import config
+from ..counters import counters
+from ..dsl.compiler import toolchain_versions
+from ..logs import log_artifact
+
+C = TypeVar("C")
+
+L2_FLUSH_BYTES = 256 * 2**20
+"""Bytes written between timed calls: larger than the L2 of any current GPU (H100: 50
+MiB, H200: 60 MiB), as in Triton's ``do_bench``."""
+
+TIME_BUDGET_S = 0.02
+"""Device time spent timing one candidate (after a first, untimed call): enough calls
+for a stable median, from `MIN_CALLS` to `MAX_CALLS`."""
+MIN_CALLS = 5
+MAX_CALLS = 100
+
+_decisions: dict[tuple, int] = {}
+_flush_buffers: dict[torch.device, torch.Tensor] = {}
+
+
+def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C], None],
+             device: torch.device) -> C:
+    """The fastest of ``candidates`` for ``key``, timing them on first use.
+
+    Args:
+        name: what is tuned, e.g. the kernel's name (part of the cache key).
+        key: what the best config depends on besides ``name``, e.g. ``(rows, cols,
+            dtype)``; its ``repr`` must be stable across processes.
+        candidates: launch configs, the default first; ``str(c)`` must tell them apart.
+        run: launches the kernel with one config on the real arguments. It is called
+            several times per candidate, so it must not read what it writes.
+        device: where ``run`` launches; tuning happens on CUDA devices only.
+
+    Returns:
+        The chosen candidate (``candidates[0]`` without tuning).
+
+    Raises:
+        ValueError: ``candidates`` is empty.
+        Exception: whatever the default candidate raised, when every candidate failed.
+    """
+    if not candidates:
+        raise ValueError(f"autotune {name}: no candidate configs")
+    if len(candidates) == 1 or device.type != "cuda" or not config.autotune or config.interpret:
+        return candidates[0]
+    labels = [str(c) for c in candidates]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"autotune {name}: candidates must have distinct str(): {labels}")
+    device_name = torch.cuda.get_device_name(device)
+    memory_key = (name, repr(key), tuple(labels), device_name)
+    index = _decisions.get(memory_key)
+    if index is None:
+        path = _decision_path(name, key, labels, device_name)
+        index = _read_decision(path, labels)
+        if index is None:
+            index = _tune(name, key, candidates, labels, run, device)
+            _write_decision(path, labels[index])
+        _decisions[memory_key] = index
+    return candidates[index]
+
+
+def clear_memory() -> None:
+    """Forget the decisions made in this process (the disk entries stay)."""
+    _decisions.clear()
+
+
+def _tune(name: str, key: Hashable, candidates: Sequence[C], labels: list[str], run: Callable[[C], None],
+          device: torch.device) -> int:
+    times: dict[int, float] = {}
+    errors: dict[int, BaseException] = {}
+    for i, candidate in enumerate(candidates):
+        try:
+            times[i] = _time(lambda: run(candidate), device)
+        except Exception as error:  # noqa: BLE001 - a config that does not build is not a candidate
+            errors[i] = error
+    if not times:
+        raise errors[0]
+    best = min(times, key=times.get)
+    counters["autotune_runs"] += 1
+    lines = [f"{name} {key!r}: {labels[best]}"]
+    lines += [f"  {labels[i]:>20}: {times[i] * 1e6:9.2f} us" for i in sorted(times)]
+    lines += [f"  {labels[i]:>20}: failed: {type(e).__name__}: {e}" for i, e in errors.items()]
+    log_artifact("autotune", "\n".join(lines))
+    return best
+
+
+def _time(fn: Callable[[], None], device: torch.device) -> float:
+    """Median seconds of ``fn`` on ``device``, each call after an L2 flush."""
+    with torch.cuda.device(device):
+        fn()  # compile and load outside the timing
+        flush = _flush_buffers.get(device)
+        if flush is None:
+            flush = _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+        torch.cuda.synchronize(device)
+        samples = []
+        calls = MIN_CALLS
+        while len(samples) < calls:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            flush.zero_()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3)
+            if len(samples) == MIN_CALLS:
+                per_call = statistics.median(samples)
+                calls = max(MIN_CALLS, min(MAX_CALLS, int(TIME_BUDGET_S / max(per_call, 1e-7))))
+        return statistics.median(samples)
+
+
+def _decision_path(name: str, key: Hashable, labels: list[str], device_name: str) -> str:
+    blob = json.dumps([name, repr(key), labels, device_name, torch.version.cuda, toolchain_versions()])
+    return os.path.join(config.cache_dir, "autotune", hashlib.sha256(blob.encode()).hexdigest() + ".json")
+
+
+def _read_decision(path: str, labels: list[str]) -> int | None:
+    if config.disable_cache:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            best = json.load(f)["best"]
+        return labels.index(best)
+    except (OSError, ValueError, KeyError, TypeError):  # missing, unreadable or stale: tune again
+        return None
+
+
+def _write_decision(path: str, best: str) -> None:
+    if config.disable_cache:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"best": best}, f)
+        os.replace(tmp, path)
+    except OSError as error:  # a read-only cache only costs a re-tune next time
+        log_artifact("autotune", f"could not store the decision in {path}: {error}")
