@@ -97,6 +97,8 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         self._thread_cache: dict = {}
         self._shared: Optional[llir.GlobalVariable] = None
         self.shared_bytes = 0
+        self._shared_written = False  # by an earlier op, in program order
+        self._loop_depth = 0
         self.tid = self._entry_call("llvm.nvvm.read.ptx.sreg.tid.x", "tid")
         self.lane = self.entry_b.and_(self.tid, llir.Constant(I32, WARP_SIZE - 1), name="lane")
         self.warp = self.entry_b.lshr(self.tid, llir.Constant(I32, 5), name="warp")
@@ -133,6 +135,15 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
 
     def barrier(self) -> None:
         self.b.call(self.declare("llvm.nvvm.barrier0", llir.VoidType(), []), [])
+
+    def barrier_before_shared_write(self) -> None:
+        """The barrier that keeps a write to shared memory from overtaking another
+        thread's read of an earlier use of it. Left out for the kernel's first use
+        outside any loop, when there is no earlier use (one barrier fewer in a
+        single-reduction kernel)."""
+        if self._shared_written or self._loop_depth:
+            self.barrier()
+        self._shared_written = True
 
     # -- per-thread coordinates (entry block, cached) -----------------------------------------
     def thread_coord(self, dist: Distribution, dim: int) -> llir.Value:
@@ -467,6 +478,7 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         b.cbranch(b.icmp_signed("<", iv_phi, ub), body, exit_)
         b.position_at_end(body)
         self.scopes.append({})
+        self._loop_depth += 1
         self.bind_scalar(iv, iv_phi)
         for c, h, row in zip(op.attrs["carried"], homes, phis):
             self.bind_result(c, h, row)
@@ -481,6 +493,7 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
                 phi.add_incoming(r, latch)
         iv_phi.add_incoming(b.add(iv_phi, step), latch)
         b.branch(header)
+        self._loop_depth -= 1
         self.scopes.pop()
         b.position_at_end(exit_)
         for r, h, row in zip(op.results, homes, phis):

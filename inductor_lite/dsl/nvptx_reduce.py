@@ -98,7 +98,7 @@ class ReduceCodegen:
             raise LoweringError(f"cannot convert a block of shape {src.shape} to shape {dst.shape}")
         t = regs[0].type
         self.reserve_shared(n_src * _slot_bytes(t))
-        self.barrier()
+        self.barrier_before_shared_write()
         for j, r in enumerate(regs):
             self.smem_store(r, 0, self.flat_index(src, j), t)
         self.barrier()
@@ -173,7 +173,7 @@ class ReduceCodegen:
         quiet_lanes = out.replica_lane_mask
         quiet_warps = out.replica_warp_mask & ~axis_warp_mask
         writer = self.thread_predicate(quiet_lanes, quiet_warps)
-        self.barrier()
+        self.barrier_before_shared_write()
         with self._maybe_if(writer):
             for k, s in enumerate(result):
                 slot = b.add(b.mul(self.flat_index(out, k), llir.Constant(I32, groups)), warp_index)
