@@ -104,8 +104,9 @@ def test_pointwise_configs_cover_partial_blocks():
     a, b = _randn(1000), _randn(1000)
     _assert_matches(K.add(a, b, config=K.PointwiseConfig(256, 2)), a + b, torch.float32)
     x, bias = _randn(9, 70), _randn(70)
-    got = K.bias_gelu(x, bias, config=K.TileConfig(4, 32, 2))  # 3 x 3 tiles, partial in both dims
-    _assert_matches(got, F.gelu(x + bias), torch.float32)
+    for rows_fastest in (False, True):  # 3 x 3 tiles, partial in both dims, in either order
+        got = K.bias_gelu(x, bias, config=K.TileConfig(4, 32, 2, rows_fastest))
+        _assert_matches(got, F.gelu(x + bias), torch.float32)
 
 
 @pytest.mark.parametrize("config", [None, K.RowConfig(1, 32, 1, False)], ids=["persistent", "looped"])

@@ -71,14 +71,18 @@ class PointwiseConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
-    """2-D pointwise launch over ``[YBLOCK rows, XBLOCK columns]`` tiles."""
+    """2-D pointwise launch over ``[YBLOCK rows, XBLOCK columns]`` tiles, one tile per
+    program of a 1-D grid. ``rows_fastest``: consecutive programs take consecutive row
+    blocks (else consecutive column blocks, which walks memory in order)."""
 
     YBLOCK: int
     XBLOCK: int
     num_warps: int
+    rows_fastest: bool = False
 
     def __str__(self) -> str:
-        return f"{self.YBLOCK}x{self.XBLOCK} w{self.num_warps}"
+        order = " rows-first" if self.rows_fastest else ""
+        return f"{self.YBLOCK}x{self.XBLOCK} w{self.num_warps}{order}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,14 +144,17 @@ def tile_config(rows: int, cols: int, element_size: int) -> TileConfig:
 
 def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]:
     """What the autotuner times for `bias_gelu` (the default first): 4 or 8 warps, up to
-    1024 columns, 32 to 128 bytes per thread."""
+    1024 columns, 32 to 128 bytes per thread, programs in either order. (On an H200,
+    column blocks first was 3-7% faster in fp32, and rows first 8% faster in bf16,
+    where erf's arithmetic, not memory, is the limit.)"""
     default = tile_config(rows, cols, element_size)
     xblock = min(1024, next_power_of_2(cols))
     options = []
-    for warps in (4, 8):
-        for bytes_per_thread in (32, 64, 128):
-            yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
-            options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps))
+    for rows_fastest in (False, True):
+        for warps in (4, 8):
+            for bytes_per_thread in (32, 64, 128):
+                yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
+                options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, rows_fastest))
     return _unique([default] + options)
 
 
@@ -227,13 +234,20 @@ def add_kernel(a_ptr, b_ptr, out_ptr, n, XBLOCK: dl.constexpr, NO_MASK: dl.const
 
 
 @dl.kernel
-def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, YBLOCK: dl.constexpr, XBLOCK: dl.constexpr,
-                     NO_MASK: dl.constexpr):
-    """out = gelu(x + bias) (erf form), x and out (rows, cols), bias (cols,);
-    grid (cdiv(rows, YBLOCK), cdiv(cols, XBLOCK))."""
+def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_blocks, YBLOCK: dl.constexpr,
+                     XBLOCK: dl.constexpr, ROWS_FASTEST: dl.constexpr, NO_MASK: dl.constexpr):
+    """out = gelu(x + bias) (erf form), x and out (rows, cols), bias (cols,); grid
+    (row_blocks * col_blocks,), ``row_blocks = cdiv(rows, YBLOCK)``, ``col_blocks =
+    cdiv(cols, XBLOCK)``."""
     # 2-D tiles: the bias slice is loaded once per tile, and no per-element `% cols`.
-    row = dl.program_id(0) * YBLOCK + dl.arange(0, YBLOCK)[:, None]
-    col = dl.program_id(1) * XBLOCK + dl.arange(0, XBLOCK)[None, :]
+    # A 1-D grid: any number of row blocks (a grid's y dim stops at 65535).
+    pid = dl.program_id(0)
+    if ROWS_FASTEST:
+        row_block, col_block = pid % row_blocks, pid // row_blocks
+    else:
+        row_block, col_block = pid // col_blocks, pid % col_blocks
+    row = row_block * YBLOCK + dl.arange(0, YBLOCK)[:, None]
+    col = col_block * XBLOCK + dl.arange(0, XBLOCK)[None, :]
     cmask = None if NO_MASK else col < cols
     mask = None if NO_MASK else (row < rows) & cmask
     offs = row * cols + col
@@ -546,10 +560,12 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] =
     out = _output(out, x.shape, x.dtype, x.device)
     config = config or choose_config("bias_gelu", x, bias)
     if rows and cols:
-        grid = (dl.cdiv(rows, config.YBLOCK), dl.cdiv(cols, config.XBLOCK))
+        row_blocks, col_blocks = dl.cdiv(rows, config.YBLOCK), dl.cdiv(cols, config.XBLOCK)
         no_mask = rows % config.YBLOCK == 0 and cols % config.XBLOCK == 0
-        bias_gelu_kernel[grid](x, bias, out, rows, cols, YBLOCK=config.YBLOCK, XBLOCK=config.XBLOCK,
-                               NO_MASK=no_mask, num_warps=config.num_warps)
+        bias_gelu_kernel[(row_blocks * col_blocks,)](x, bias, out, rows, cols, row_blocks, col_blocks,
+                                                     YBLOCK=config.YBLOCK, XBLOCK=config.XBLOCK,
+                                                     ROWS_FASTEST=config.rows_fastest, NO_MASK=no_mask,
+                                                     num_warps=config.num_warps)
     return out
 
 
