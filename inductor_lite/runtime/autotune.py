@@ -1,10 +1,12 @@
 """Block-size autotuning: time each candidate launch config on the real arguments, keep
 the fastest, remember it in memory and on disk.
 
-The method is Triton's autotuner's (``triton.testing.do_bench``): every timed call
-runs after a write of a buffer larger than the L2 cache, so each call reads its inputs
-from HBM as it would in a model, and the time is the median of CUDA-event intervals on
-the current stream. A candidate that fails to compile or launch is skipped (and
+The method: a candidate's time is the median over batches of back-to-back calls, each
+batch timed by CUDA events on the current stream after a read of a buffer larger than
+the L2 cache, so the first call reads its inputs from HBM, as Triton's ``do_bench``
+arranges with a write. (A written flush buffer leaves the L2 full of dirty lines whose
+write-back lands on the timed call: on an H200 that reordered the bf16 `bias_gelu`
+configs against steady-state timings.) A candidate that fails to compile or launch is skipped (and
 logged); the first candidate is the default, used without timing when tuning is off
 (``INDUCTOR_LITE_AUTOTUNE=0``), on a non-CUDA device, or when it is the only one.
 
@@ -41,10 +43,12 @@ L2_FLUSH_BYTES = 256 * 2**20
 MiB, H200: 60 MiB), as in Triton's ``do_bench``."""
 
 TIME_BUDGET_S = 0.02
-"""Device time spent timing one candidate (after a first, untimed call): enough calls
-for a stable median, from `MIN_CALLS` to `MAX_CALLS`."""
-MIN_CALLS = 5
-MAX_CALLS = 100
+"""Device time spent timing one candidate (after a first, untimed call), in
+`MIN_BATCHES` to `MAX_BATCHES` batches of about `BATCH_S` seconds."""
+BATCH_S = 5e-4
+MIN_BATCHES = 3
+MAX_BATCHES = 25
+MAX_BATCH_CALLS = 20
 
 _decisions: dict[tuple, int] = {}
 _flush_buffers: dict[torch.device, torch.Tensor] = {}
@@ -116,27 +120,27 @@ def _tune(name: str, key: Hashable, candidates: Sequence[C], labels: list[str], 
 
 
 def _time(fn: Callable[[], None], device: torch.device) -> float:
-    """Median seconds of ``fn`` on ``device``, each call after an L2 flush."""
+    """Median seconds per call of ``fn`` on ``device`` (see the module docstring)."""
     with torch.cuda.device(device):
         fn()  # compile and load outside the timing
         flush = _flush_buffers.get(device)
         if flush is None:
-            flush = _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
-        torch.cuda.synchronize(device)
-        samples = []
-        calls = MIN_CALLS
-        while len(samples) < calls:
+            flush = _flush_buffers[device] = torch.ones(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device)
+
+        def batch(calls: int) -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            flush.zero_()
+            flush.sum()
             start.record()
-            fn()
+            for _ in range(calls):
+                fn()
             end.record()
             end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3)
-            if len(samples) == MIN_CALLS:
-                per_call = statistics.median(samples)
-                calls = max(MIN_CALLS, min(MAX_CALLS, int(TIME_BUDGET_S / max(per_call, 1e-7))))
-        return statistics.median(samples)
+            return start.elapsed_time(end) / 1e3 / calls
+
+        first = batch(1)
+        calls = max(1, min(MAX_BATCH_CALLS, int(BATCH_S / max(first, 1e-7))))
+        batches = max(MIN_BATCHES, min(MAX_BATCHES, int(TIME_BUDGET_S / max(first * calls, 1e-7))))
+        return statistics.median(batch(calls) for _ in range(batches))
 
 
 def _decision_path(name: str, key: Hashable, labels: list[str], device_name: str) -> str:
