@@ -39,8 +39,8 @@ from ..logs import log_artifact
 C = TypeVar("C")
 
 L2_FLUSH_BYTES = 256 * 2**20
-"""Bytes written between timed calls: larger than the L2 of any current GPU (H100: 50
-MiB, H200: 60 MiB), as in Triton's ``do_bench``."""
+"""Bytes read before each timed batch: larger than the L2 of any current GPU (H100: 50
+MiB, H200: 60 MiB), as Triton's ``do_bench`` (256 MB) does."""
 
 TIME_BUDGET_S = 0.02
 """Device time spent timing one candidate (after a first, untimed call), in
