@@ -1,12 +1,13 @@
 """Block-size autotuning: time each candidate launch config on the real arguments, keep
 the fastest, remember it in memory and on disk.
 
-The method: a candidate's time is the median over batches of back-to-back calls, each
-batch timed by CUDA events on the current stream after a read of a buffer larger than
-the L2 cache, so the first call reads its inputs from HBM, as Triton's ``do_bench``
-arranges with a write. (A written flush buffer leaves the L2 full of dirty lines whose
-write-back lands on the timed call: on an H200 that reordered the bf16 `bias_gelu`
-configs against steady-state timings.) A candidate that fails to compile or launch is skipped (and
+The method: a candidate's time is the median of single calls, each timed by CUDA
+events on the current stream after a read of a buffer larger than the L2 cache, so
+every call reads its inputs from HBM, as Triton's ``do_bench`` arranges with a write
+(a written flush buffer leaves the L2 full of dirty lines whose write-back lands on
+the timed call). Back-to-back calls on the same inputs are not used: with inputs
+near the L2's size their partial L2 hits depend on the config's program order, which
+misranked configs on an H200. A candidate that fails to compile or launch is skipped (and
 logged); the first candidate is the default, used without timing when tuning is off
 (``INDUCTOR_LITE_AUTOTUNE=0``), on a non-CUDA device, or when it is the only one.
 
@@ -43,12 +44,10 @@ L2_FLUSH_BYTES = 256 * 2**20
 MiB, H200: 60 MiB), as Triton's ``do_bench`` (256 MB) does."""
 
 TIME_BUDGET_S = 0.02
-"""Device time spent timing one candidate (after a first, untimed call), in
-`MIN_BATCHES` to `MAX_BATCHES` batches of about `BATCH_S` seconds."""
-BATCH_S = 5e-4
-MIN_BATCHES = 3
-MAX_BATCHES = 25
-MAX_BATCH_CALLS = 20
+"""Device time spent timing one candidate (after a first, untimed call): enough calls
+for a stable median, from `MIN_CALLS` to `MAX_CALLS`."""
+MIN_CALLS = 5
+MAX_CALLS = 100
 
 _decisions: dict[tuple, int] = {}
 _flush_buffers: dict[torch.device, torch.Tensor] = {}
@@ -127,20 +126,19 @@ def _time(fn: Callable[[], None], device: torch.device) -> float:
         if flush is None:
             flush = _flush_buffers[device] = torch.ones(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device)
 
-        def batch(calls: int) -> float:
+        def one_call() -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             flush.sum()
             start.record()
-            for _ in range(calls):
-                fn()
+            fn()
             end.record()
             end.synchronize()
-            return start.elapsed_time(end) / 1e3 / calls
+            return start.elapsed_time(end) / 1e3
 
-        first = batch(1)
-        calls = max(1, min(MAX_BATCH_CALLS, int(BATCH_S / max(first, 1e-7))))
-        batches = max(MIN_BATCHES, min(MAX_BATCHES, int(TIME_BUDGET_S / max(first * calls, 1e-7))))
-        return statistics.median(batch(calls) for _ in range(batches))
+        samples = [one_call() for _ in range(MIN_CALLS)]
+        calls = max(MIN_CALLS, min(MAX_CALLS, int(TIME_BUDGET_S / max(statistics.median(samples), 1e-7))))
+        samples += [one_call() for _ in range(calls - MIN_CALLS)]
+        return statistics.median(samples)
 
 
 def _decision_path(name: str, key: Hashable, labels: list[str], device_name: str) -> str:
