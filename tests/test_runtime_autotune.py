@@ -133,3 +133,11 @@ def test_tunes_a_dsl_kernel_on_gpu(tmp_path):
     poisoned = torch.full_like(x, float("nan"))
     K.softmax(x, out=poisoned, config=chosen)
     torch.testing.assert_close(poisoned, out, rtol=0, atol=0)
+
+
+def test_an_unwritable_cache_dir_still_tunes(fake_cuda, tmp_path):
+    timed, fake_time = fake_cuda
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with config.patch(cache_dir=str(blocker)):
+        assert autotune.autotune("k", 1, ["a", "b"], _run(fake_time), CUDA) == "b"

@@ -160,6 +160,7 @@ def _read_decision(path: str, labels: list[str]) -> int | None:
 def _write_decision(path: str, best: str) -> None:
     if config.disable_cache:
         return
+    tmp = None
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
@@ -168,3 +169,5 @@ def _write_decision(path: str, best: str) -> None:
         os.replace(tmp, path)
     except OSError as error:  # a read-only cache only costs a re-tune next time
         log_artifact("autotune", f"could not store the decision in {path}: {error}")
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
