@@ -60,8 +60,9 @@ def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C
     Args:
         name: what is tuned, e.g. the kernel's name (part of the cache key).
         key: what the best config depends on besides ``name``, e.g. ``(rows, cols,
-            dtype)``; its ``repr`` must be stable across processes.
-        candidates: launch configs, the default first; ``str(c)`` must tell them apart.
+            dtype)``; hashable, and its ``repr`` must be stable across processes.
+        candidates: hashable launch configs, the default first; ``str(c)`` must tell
+            them apart.
         run: launches the kernel with one config on the real arguments. It is called
             several times per candidate, so it must not read what it writes.
         device: where ``run`` launches; tuning happens on CUDA devices only.
@@ -77,14 +78,14 @@ def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C
         raise ValueError(f"autotune {name}: no candidate configs")
     if len(candidates) == 1 or device.type != "cuda" or not config.autotune or config.interpret:
         return candidates[0]
-    labels = [str(c) for c in candidates]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"autotune {name}: candidates must have distinct str(): {labels}")
-    device_name = torch.cuda.get_device_name(device)
-    memory_key = (name, repr(key), tuple(labels), device_name)
+    # The per-launch path: one dict lookup, no device query and no str() of configs.
+    memory_key = (name, key, tuple(candidates), device)
     index = _decisions.get(memory_key)
     if index is None:
-        path = _decision_path(name, key, labels, device_name)
+        labels = [str(c) for c in candidates]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"autotune {name}: candidates must have distinct str(): {labels}")
+        path = _decision_path(name, key, labels, torch.cuda.get_device_name(device))
         index = _read_decision(path, labels)
         if index is None:
             index = _tune(name, key, candidates, labels, run, device)
