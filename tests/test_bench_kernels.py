@@ -79,6 +79,22 @@ def test_row_kernel_matches_torch(name, config, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", K.STREAMED_OPS)
+@pytest.mark.parametrize("shape, config", [
+    ((11, 300), K.RowConfig(1, 512, 2, True, 4)),  # masked columns; 4 programs stride over 11 rows
+    ((5, 512), K.RowConfig(1, 512, 4, True, 2)),  # full rows (no masks), an odd row count
+    ((3, 64), K.RowConfig(1, 64, 1, True, 8)),  # more programs asked for than rows
+    ((1, 17), K.RowConfig(1, 32, 1, True, 1)),  # one program, one row
+], ids=["masked", "full", "fewer_rows", "one_row"])
+def test_streamed_row_kernels_match_torch(name, shape, config, dtype):
+    inputs = _inputs(name, *shape, dtype, seed=shape[0])
+    want = _reference(name, inputs)
+    out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
+    bench.BENCHES[name].ours(*inputs, out=out, config=config)
+    _assert_matches(out, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", ROW_KERNELS)
 @pytest.mark.parametrize("shape", [(3, 1), (2, 37), (64 + 3, 24), (5, 64), (128, 64), (2, 1500), (3, 2048)])
 def test_row_kernel_default_config_shapes(name, shape, dtype):
@@ -161,6 +177,10 @@ def test_bad_input_raises_clear_errors():
         K.softmax(x, config=K.RowConfig(1, 4, 1, True))
     with pytest.raises(ValueError, match="XBLOCK == 1"):
         K.softmax(x, config=K.RowConfig(2, 4, 1, False))
+    with pytest.raises(ValueError, match="XBLOCK == 1"):
+        K.softmax(x, config=K.RowConfig(2, 8, 1, True, 2))
+    with pytest.raises(ValueError, match="can stream"):
+        K.row_sum(x, config=K.RowConfig(1, 8, 1, True, 2))
     with pytest.raises(ValueError, match="out must be"):
         K.softmax(x, out=torch.empty(4, 8, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="must match"):
@@ -172,10 +192,14 @@ def test_bad_input_raises_clear_errors():
 @pytest.mark.parametrize("element_size", [2, 4])
 def test_configs_are_valid(element_size):
     for cols in (1, 5, 37, 300, 1024, 1025, 4096, 5120, 32768, 32769, 100_000):
-        for config in K.row_candidates(cols, element_size):
+        for config in K.row_candidates(cols, element_size, streamed=True):
             assert config.num_warps in (1, 2, 4, 8, 16, 32)
             assert K.next_power_of_2(config.RBLOCK) == config.RBLOCK
             assert config.RBLOCK >= cols if config.persistent else config.XBLOCK == 1
+            if config.programs_per_sm:
+                assert config.persistent and config.XBLOCK == 1 and cols >= 4097
+                assert config.RBLOCK // (32 * config.num_warps) <= 64 // (element_size // 2)
+        assert not any(c.programs_per_sm for c in K.row_candidates(cols, element_size))
         assert K.row_candidates(cols, element_size)[0] == K.row_config(cols, element_size)
     assert K.row_config(1024, element_size) == K.RowConfig(4, 1024, 4, True)
     assert K.row_config(32768, element_size) == K.RowConfig(1, 32768, 16, True)

@@ -1,7 +1,8 @@
 """Reductions along an axis, and layout conversions through shared memory.
 
 A reduction runs in three steps over the input's `Distribution`: combine the
-registers of each thread that share the other coordinates; butterfly-shuffle
+registers of each thread that share the other coordinates (a balanced tree, in
+register order); butterfly-shuffle
 (``shfl.sync.bfly``) over the lane bits that walk the axis; then, if warps split the
 axis, every warp writes its partial to shared memory, a barrier, and every thread
 reads and combines all partials of its rows in warp order. The result has the
@@ -52,6 +53,16 @@ def _slot_bytes(t: llir.Type) -> int:
     if t in (I1, I8):
         return 1
     return 4
+
+
+def _pairwise(states: list[State], combine: Combine) -> State:
+    """Combine ``states`` as a balanced tree of neighbours, order kept: a dependency
+    chain of log2(n) combines instead of n - 1 (a thread's registers are reduced while
+    its loads are the only other work in flight), and pairwise sums round less."""
+    while len(states) > 1:
+        paired = [combine(states[i], states[i + 1]) for i in range(0, len(states) - 1, 2)]
+        states = paired + states[len(paired) * 2:]
+    return states[0]
 
 
 class ReduceCodegen:
@@ -129,12 +140,11 @@ class ReduceCodegen:
     # -- the three steps ------------------------------------------------------------------------
     def reduce_states(self, states: list[State], src: Distribution, axis: int, out: Distribution,
                       combine: Combine, commutative: bool) -> list[State]:
-        acc: dict[tuple[int, ...], State] = {}
+        groups: dict[tuple[int, ...], list[State]] = {}
         for j, s in enumerate(states):
             off = src.reg_offsets[j]
-            key = off[:axis] + off[axis + 1:]
-            acc[key] = combine(acc[key], s) if key in acc else s
-        result = [acc[out.reg_offsets[k]] for k in range(out.num_regs)]
+            groups.setdefault(off[:axis] + off[axis + 1:], []).append(s)
+        result = [_pairwise(groups[out.reg_offsets[k]], combine) for k in range(out.num_regs)]
         for bit, basis in enumerate(src.lane_bases):
             if basis[axis]:
                 result = [self._shuffle_combine(s, 1 << bit, combine, commutative) for s in result]
