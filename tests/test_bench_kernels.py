@@ -125,14 +125,22 @@ def test_pointwise_configs_cover_partial_blocks():
         _assert_matches(got, F.gelu(x + bias), torch.float32)
 
 
+ARGMAX_DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device", ARGMAX_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("config", [None, K.RowConfig(1, 32, 1, False)], ids=["persistent", "looped"])
-def test_argmax_ties_nan_and_padding(config):
-    x = torch.randint(0, 3, (6, 70)).float() - 5.0  # all negative: padding must not win
+def test_argmax_ties_nan_and_padding(config, dtype, device):
+    x = torch.randint(0, 3, (7, 70)).float() - 5.0  # all negative: padding must not win
     x[1] = -1.0  # all tied: first index
     x[2, 10] = x[2, 40] = float("nan")  # NaN is the maximum, first NaN wins
     x[3, 69] = 100.0  # maximum in the last column
     x[4, :] = float("-inf")  # torch: index 0
-    _assert_matches(K.row_argmax(x, config=config), x.argmax(-1), torch.float32)
+    x[5, 3], x[5, 7] = float("inf"), float("nan")  # an earlier +inf does not beat a NaN
+    x[6, 20] = 1.0  # the NaN row's stand-in target (1 + 2**-23) is not a half value: plain rows still match 1.0
+    x = x.to(dtype).to(device)
+    _assert_matches(K.row_argmax(x, config=config), x.float().argmax(-1), dtype)
 
 
 @pytest.mark.parametrize("config", [None, K.RowConfig(1, 32, 1, False)], ids=["persistent", "looped"])
@@ -385,6 +393,24 @@ def test_kernels_on_gpu(name, dtype):
         bench.BENCHES[name].ours(*inputs, out=out)
         torch.cuda.synchronize()
         _assert_matches(out, want, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", K.STREAMED_OPS)
+def test_streamed_candidates_on_gpu(name, dtype):
+    """Every streamed config the autotuner may pick matches torch, with more rows than
+    programs (so each program strides over several) and with masked columns."""
+    for rows, cols in [(600, 8192), (300, 16384), (5, 20000)]:
+        inputs = _inputs(name, rows, cols, dtype, seed=cols, device="cuda")
+        want = _reference(name, inputs)
+        streamed = [c for c in K.candidates(name, inputs[0]) if c.programs_per_sm]
+        assert streamed
+        for config in streamed:
+            out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
+            bench.BENCHES[name].ours(*inputs, out=out, config=config)
+            torch.cuda.synchronize()
+            _assert_matches(out, want, dtype)
 
 
 @pytest.mark.gpu
