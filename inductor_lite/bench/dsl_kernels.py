@@ -213,16 +213,21 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False) -> list
     default = row_config(cols, element_size)
     rblock = next_power_of_2(cols)
     options = []
+    half = element_size < 4
     if rblock <= 1024:
-        for per_program in (2048, 4096, 8192):
-            for per_thread in (16, 32):
+        for per_program in (2048, 4096, 8192) + ((16384,) if half else ()):
+            for per_thread in (16, 32) + ((64,) if half else ()):
                 warps = per_program // per_thread // 32
                 if 1 <= warps <= 16 and per_program >= rblock:
                     options.append(RowConfig(per_program // rblock, rblock, warps, True))
     elif rblock <= PERSISTENT_MAX_RBLOCK:
-        for xblock, per_thread in ((1, 8), (1, 16), (1, 32), (1, 64), (2, 16), (2, 32)):
+        shapes = [(1, 8), (1, 16), (1, 32), (1, 64), (2, 16), (2, 32)]
+        if half:
+            shapes += [(2, 64), (4, 32), (4, 64)]
+        for xblock, per_thread in shapes:
             warps = xblock * rblock // per_thread // 32
-            if 1 <= warps <= 32 and (xblock == 1 or rblock <= 4096):
+            fits = xblock == 1 or rblock <= 4096 or (half and xblock * rblock <= 16384)
+            if 1 <= warps <= 32 and fits:
                 options.append(RowConfig(xblock, rblock, warps, True))
     if rblock >= 8192:
         options += [RowConfig(1, 4096, 8, False), RowConfig(1, 4096, 16, False)]
