@@ -198,9 +198,9 @@ def row_config(cols: int, element_size: int) -> RowConfig:
 def row_candidates(cols: int, element_size: int, streamed: bool = False) -> list[RowConfig]:
     """What the autotuner times for a row reduction (the default first).
 
-    Persistent: 16 or 32 values per thread over 2048 to 8192 elements per program
+    Persistent: 4 to 32 values per thread over 1024 to 8192 elements per program
     for rows of up to 1024 columns; 8 to 64 values per thread, one row per program
-    (and two, up to 4096 columns) for longer rows. The values per thread trade
+    (and two, up to 4096 columns; for half inputs up to 4 rows, 32 KB) for longer rows. The values per thread trade
     registers (hence programs resident per SM, hence loads in flight) against the
     cost of the cross-warp reduction. Looped, from 8192 columns: 4096-column chunks
     with 8 or 16 warps. ``streamed`` (ops with a streamed kernel), from 8192 columns:
@@ -215,8 +215,8 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False) -> list
     options = []
     half = element_size < 4
     if rblock <= 1024:
-        for per_program in (2048, 4096, 8192) + ((16384,) if half else ()):
-            for per_thread in (16, 32) + ((64,) if half else ()):
+        for per_program in (1024, 2048, 4096, 8192):
+            for per_thread in (4, 8, 16, 32):
                 warps = per_program // per_thread // 32
                 if 1 <= warps <= 16 and per_program >= rblock:
                     options.append(RowConfig(per_program // rblock, rblock, warps, True))
