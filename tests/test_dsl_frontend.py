@@ -323,6 +323,8 @@ ERRORS = {
     "load_non_pointer": ("y = dl.load(n)", "expected a pointer"),
     "mask_not_bool": ("y = dl.load(x_ptr, mask=n)", "mask must be an int1"),
     "other_without_mask": ("y = dl.load(x_ptr, other=0.0)", "`other` needs a `mask`"),
+    "bad_eviction_policy": ("y = dl.load(x_ptr, eviction_policy='evict_all')",
+                            "eviction_policy must be '', 'evict_first' or 'evict_last'; got 'evict_all'"),
     "reduce_without_axis": ("y = dl.sum(dl.arange(0, 4))", r"dl.sum\(\): missing a required argument: 'axis'"),
     "reduce_bad_axis": ("y = dl.sum(dl.arange(0, 4), 1)", "axis 1 is out of range"),
     "reduce_scalar": ("y = dl.sum(n, 0)", "needs a block"),

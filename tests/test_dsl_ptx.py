@@ -184,6 +184,15 @@ def add_one_kernel(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
     dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
 
 
+@dl.kernel
+def evict_kernel(x_ptr, w_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first")
+    w = dl.load(w_ptr + dl.arange(0, BLOCK), eviction_policy="evict_last")
+    dl.store(out_ptr + offs, x * w, mask=mask)
+
+
 def extra_cases(device: str, seed: int = 1) -> list[dsl_corpus.Case]:
     """Cases for the kernels above, in the corpus's format."""
     c = dsl_corpus._Builder(device, seed)
@@ -223,6 +232,10 @@ def extra_cases(device: str, seed: int = 1) -> list[dsl_corpus.Case]:
     c.add("int64_index", int64_index_kernel, (x, None, 999), {"BLOCK": 128}, (8,), {1: x + 1.0})
     x = c.randint(-100, 100, 999, dtype=torch.int8)
     c.add("int64_index_int8", add_one_kernel, (x, None, 999), {"BLOCK": 128}, (8,), {1: x + 1})
+    for n in (1024, 1000):  # full blocks (unmasked hinted loads) and a partial last block
+        x, w = c.randn(n), c.randn(256)
+        c.add(f"eviction_hints_{n}", evict_kernel, (x, w, None, n), {"BLOCK": 256}, (4,),
+              {2: x * w.repeat(4)[:n]})
     return c.cases
 
 
@@ -312,6 +325,20 @@ def test_vector_width_follows_axis_analysis():
     # Unmasked accesses are plain LLVM vector loads (no predication).
     ptx = _ptx("unmasked_scale")
     assert "ld.global.v4" in ptx and "@%p" not in ptx
+
+
+def test_eviction_policy_becomes_cache_hints():
+    """evict_first / evict_last: L1 eviction priority, plus an L2 access policy from
+    sm_80 (createpolicy), on vector loads whether masked or not."""
+    ptx = _ptx("eviction_hints_1024")
+    assert "createpolicy.fractional.L2::evict_first.b64" in ptx
+    assert re.search(r"ld\.global\.L1::evict_first\.L2::cache_hint\.v2\.b32 .*%l2_policy;", ptx)
+    assert re.search(r"ld\.global\.L1::evict_last\.L2::cache_hint\.v2\.b32 .*%l2_policy;", ptx)
+    old = _ptx("eviction_hints_1000", cc=(7, 5))
+    assert "createpolicy" not in old and "@%p" in old and "ld.global.L1::evict_first" in old
+    assert "ld.global.L1::evict_last.v2.b32" in old
+    plain = _ptx("unmasked_scale")
+    assert "evict" not in plain and "cache_hint" not in plain
 
 
 def test_common_reductions_need_no_layout_conversion():

@@ -116,7 +116,7 @@ def compile_ptx(fn: ir.Function, *, cc: tuple[int, int], num_warps: int) -> Comp
     cc = (int(cc[0]), int(cc[1]))
     try:
         tm = target_machine(cc)
-        lowered = lower(fn, num_warps=num_warps, data_layout=str(tm.target_data))
+        lowered = lower(fn, num_warps=num_warps, data_layout=str(tm.target_data), cc=cc)
     except (LoweringError, ValueError) as e:
         raise NVPTXCompilationError(fn.name, getattr(e, "loc", None), str(e)) from e
     text = str(lowered.module)

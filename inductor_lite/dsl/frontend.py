@@ -101,7 +101,7 @@ _BUILTINS: dict[str, Callable] = {
     "arange": lambda b, a: semantic.arange(b, a["start"], a["end"]),
     "full": lambda b, a: semantic.full(b, a["shape"], a["value"], a["dtype"]),
     "zeros": lambda b, a: semantic.full(b, a["shape"], 0, a["dtype"]),
-    "load": lambda b, a: semantic.load(b, a["pointer"], a["mask"], a["other"]),
+    "load": lambda b, a: semantic.load(b, a["pointer"], a["mask"], a["other"], a["eviction_policy"]),
     "store": lambda b, a: semantic.store(b, a["pointer"], a["value"], a["mask"]),
     "where": lambda b, a: semantic.where(b, a["condition"], a["x"], a["y"]),
     "maximum": lambda b, a: semantic.binary(b, "maximum", a["x"], a["y"]),

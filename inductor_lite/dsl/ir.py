@@ -29,7 +29,7 @@ math             x (, y)                     fn (MATH_FNS)                  same
 select           cond(i1), a, b              -                              type of a
 cast             x                           -                              result type
 bitcast          x                           -                              result type
-load             ptr (, mask (, other))      -                              pointee type
+load             ptr (, mask (, other))      [eviction_policy]              pointee type
 store            ptr, value (, mask)         -                              none
 reduce           x                           axis, combine (REDUCE_KINDS)   x's shape less axis
 argreduce        x                           axis, combine ('argmax'|...)   i32 indices
@@ -101,6 +101,9 @@ BINARY_OPS = (
     "and", "or", "xor", "shl", "shr", "maximum", "minimum",
 )
 COMPARE_PREDS = ("lt", "le", "gt", "ge", "eq", "ne")
+EVICTION_POLICIES = ("evict_first", "evict_last")
+"""A load's cache hint (Triton's names): read-once data leaves the caches first, or
+data read again stays longest. Hints change speed, never results."""
 MATH_FNS = (
     "neg", "not", "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt",
     "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil",

@@ -82,9 +82,12 @@ def zeros(shape: Sequence[int], dtype: ir.DType) -> Any:
 
 
 @_builtin
-def load(pointer: Any, mask: Any = None, other: Any = None) -> Any:
+def load(pointer: Any, mask: Any = None, other: Any = None, eviction_policy: str = "") -> Any:
     """Gather from global memory. ``pointer``, ``mask`` (int1) and ``other`` broadcast
-    together; masked-off lanes are not read and give ``other`` (0 if omitted)."""
+    together; masked-off lanes are not read and give ``other`` (0 if omitted).
+    ``eviction_policy`` (a constant string): ``""``, ``"evict_first"`` (data read once:
+    it leaves L1 and L2 first) or ``"evict_last"`` (data read again, such as a norm's
+    weight: it stays longest), as in Triton."""
     raise _outside("load")
 
 

@@ -71,11 +71,12 @@ class LoweredKernel:
 
 
 class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
-    def __init__(self, fn: ir.Function, num_warps: int, data_layout: str):
+    def __init__(self, fn: ir.Function, num_warps: int, data_layout: str, cc: tuple[int, int]):
         if num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32:
             raise LoweringError(f"num_warps={num_warps} must be a power of two between 1 and 32")
         self.fn = fn
         self.num_warps = num_warps
+        self.cc = tuple(cc)
         self.axis = analyze(fn)
         self.plan = plan_layouts(fn, num_warps, self.axis)
         self.defs: dict[int, ir.Op] = {r.id: op for op in fn.walk() for r in op.results}
@@ -505,14 +506,16 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         return self.b.sext(x, t) if x.type.width < t.width else self.b.trunc(x, t)
 
 
-def lower(fn: ir.Function, *, num_warps: int, data_layout: str = "") -> LoweredKernel:
-    """Lower ``fn`` to an ``llvmlite.ir`` module for ``num_warps`` warps per program.
+def lower(fn: ir.Function, *, num_warps: int, data_layout: str = "", cc: tuple[int, int] = (7, 5)) -> LoweredKernel:
+    """Lower ``fn`` to an ``llvmlite.ir`` module for ``num_warps`` warps per program on
+    compute capability ``cc`` (the oldest supported, sm_75, by default: code for it
+    runs on every newer GPU).
 
     Raises:
         LoweringError: an op, type or shape this backend does not support (the message
             names it).
     """
-    lowering = _Lowering(fn, num_warps, data_layout)
+    lowering = _Lowering(fn, num_warps, data_layout, cc)
     lowering.lower_args()
     lowering.lower_block(fn.body)
     return lowering.finish()

@@ -8,7 +8,8 @@ for fp32, eight fp16/bf16 as four 32-bit words, two fp64 as ``v2.b64``).
 Unmasked accesses are plain LLVM vector loads/stores (the optimiser sees them),
 except loads of elements narrower than 32 bits in groups: those are PTX words split
 by shifts, because LLVM would otherwise narrow them to 16-bit loads, vectorize those
-again, and unpack each bf16 with two instructions instead of one. Masked accesses
+again, and unpack each bf16 with two instructions instead of one. Masked accesses,
+and loads with an eviction policy (``ld.global.L1::evict_first.L2::cache_hint``),
 are predicated PTX, as Triton does: the ``other`` value is moved into
 the destination registers first, then ``@p ld.global...`` overwrites them where the
 mask holds. Stores from threads that only hold copies of elements (replicated
@@ -102,7 +103,19 @@ class MemoryCodegen:
         return b.zext(x, I16) if word == 8 else x
 
     # -- accesses ------------------------------------------------------------------------
-    def _load_words(self, ptr, pred, others, word: int, n: int) -> list[llir.Value]:
+    def _cache_hint(self, policy: str) -> tuple[str, str, str]:
+        """(asm before the load, the load's qualifiers, its extra operand) for an
+        eviction policy: the L1 eviction priority and, on sm_80+, an L2 access policy
+        made by ``createpolicy`` (as Triton does)."""
+        if not policy:
+            return "", "", ""
+        level = "evict_first" if policy == "evict_first" else "evict_last"
+        if self.cc < (8, 0):
+            return "", f".L1::{level}", ""
+        return (f"createpolicy.fractional.L2::{level}.b64 %l2_policy, 1.0;\n\t",
+                f".L1::{level}.L2::cache_hint", ", %l2_policy")
+
+    def _load_words(self, ptr, pred, others, word: int, n: int, policy: str = "") -> list[llir.Value]:
         c = _CONSTRAINT[word]
         rt = I16 if word == 8 else llir.IntType(word)
         reg_bits = 16 if word == 8 else word
@@ -118,7 +131,9 @@ class MemoryCodegen:
                 args.append(self._word_value(word, o, self.b))
                 constraints.append(c)
         guard = "" if pred is None else f"@${n + 1} "
-        asm += f"{guard}ld.global{vs}.b{word} {dst}, [${n}];"
+        setup, qualifiers, operand = self._cache_hint(policy)
+        load = f"{guard}ld.global{qualifiers}{vs}.b{word} {dst}, [${n}]{operand};"
+        asm += f"{{\n\t.reg .b64 %l2_policy;\n\t{setup}{load}\n\t}}" if setup else load
         ret = rt if n == 1 else llir.LiteralStructType([rt] * n)
         fty = llir.FunctionType(ret, [a.type for a in args])
         res = self.b.call(llir.InlineAsm(fty, asm, ",".join(constraints), side_effect=True), args)
@@ -136,12 +151,14 @@ class MemoryCodegen:
         fty = llir.FunctionType(llir.VoidType(), [a.type for a in args])
         self.b.call(llir.InlineAsm(fty, asm, ",".join(["l"] + [c] * n + ["b"]), side_effect=True), args)
 
-    def load_group(self, ptr, pred, others, elem: ir.ElementType, vec: int, name: str = "") -> list[llir.Value]:
-        """Load ``vec`` consecutive elements at ``ptr`` (predicated by ``pred`` if given)."""
+    def load_group(self, ptr, pred, others, elem: ir.ElementType, vec: int, name: str = "",
+                   policy: str = "") -> list[llir.Value]:
+        """Load ``vec`` consecutive elements at ``ptr`` (predicated by ``pred`` if given;
+        ``policy``: an `ir.EVICTION_POLICIES` cache hint, or "")."""
         mt = mem_type(elem)
         bits = 8 * element_bytes(elem)
         word, n = _word_shape(bits, vec)
-        if pred is None and word == bits:
+        if pred is None and word == bits and not policy:
             t = mt if vec == 1 else llir.VectorType(mt, vec)
             v = self.b.load(ptr, typ=t, align=vec * element_bytes(elem), name=name)
             elems = [v] if vec == 1 else [self.b.extract_element(v, llir.Constant(I32, i)) for i in range(vec)]
@@ -149,7 +166,7 @@ class MemoryCodegen:
             other_words = None
             if others is not None:
                 other_words = self._pack([self.to_memory(o, elem) for o in others], bits)
-            words = self._load_words(ptr, pred, other_words, word, n)
+            words = self._load_words(ptr, pred, other_words, word, n, policy)
             elems = self._unpack(words, bits, vec, mt)
         return [self.from_memory(e, elem) for e in elems]
 
@@ -203,11 +220,12 @@ class MemoryCodegen:
         other = op.operands[2] if len(op.operands) > 2 and mask is not None else None
         elem = op.result.type.element
         name = op.result.name
+        policy = op.attrs.get("eviction_policy", "")
         if layout is None:
             p = self.scalar(ptr)
             pred = self.scalar(mask) if mask is not None else None
             o = [self.scalar(other)] if other is not None else None
-            return self.load_group(p, pred, o, elem, 1, name)
+            return self.load_group(p, pred, o, elem, 1, name, policy)
         dist = distribute(layout, op.result.type.shape)
         ptrs = self.regs(ptr, layout)
         preds = self.regs(mask, layout) if mask is not None else None
@@ -216,7 +234,7 @@ class MemoryCodegen:
         out = []
         for g in range(0, dist.num_regs, vec):
             out += self.load_group(ptrs[g], preds[g] if preds else None,
-                                   others[g:g + vec] if others else None, elem, vec, name)
+                                   others[g:g + vec] if others else None, elem, vec, name, policy)
         return out
 
     def lower_store(self, op: ir.Op) -> None:

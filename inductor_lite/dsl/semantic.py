@@ -593,9 +593,13 @@ def _mask_operand(b: Builder, mask: Any, what: str) -> Optional[Tensor]:
     return mask
 
 
-def load(b: Builder, ptr: Any, mask: Any = None, other: Any = None) -> Tensor:
+def load(b: Builder, ptr: Any, mask: Any = None, other: Any = None, eviction_policy: str = "") -> Tensor:
     """Gather through ``ptr``; with a mask, masked-off lanes give ``other`` (default 0)
-    cast to the pointee type. ``ptr``, ``mask`` and ``other`` broadcast together."""
+    cast to the pointee type. ``ptr``, ``mask`` and ``other`` broadcast together.
+    ``eviction_policy``: ``""`` or one of `ir.EVICTION_POLICIES`."""
+    if eviction_policy != "" and eviction_policy not in ir.EVICTION_POLICIES:
+        raise SemanticError(f"load: eviction_policy must be '', {' or '.join(map(repr, ir.EVICTION_POLICIES))}; "
+                            f"got {eviction_policy!r}")
     ptr = _pointer_operand(ptr, "load")
     mask = _mask_operand(b, mask, "load")
     if other is not None:
@@ -609,7 +613,8 @@ def load(b: Builder, ptr: Any, mask: Any = None, other: Any = None) -> Tensor:
     if mask is not None:
         operands.append(broadcast_to(b, mask, shape))
         operands.append(coerce(b, 0 if other is None else other, elem, shape))
-    return b.emit1("load", operands, BlockType(elem, shape))
+    attrs = {"eviction_policy": eviction_policy} if eviction_policy else {}
+    return b.emit1("load", operands, BlockType(elem, shape), **attrs)
 
 
 def store(b: Builder, ptr: Any, value: Any, mask: Any = None) -> None:

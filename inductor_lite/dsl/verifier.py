@@ -187,6 +187,8 @@ class _Verifier:
     def op_load(self, op, ptr, *rest):
         self.results(op, 1)
         self.expect(op, _is_ptr(ptr) and len(rest) in (0, 2), "load(ptr) or load(ptr, mask, other)")
+        policy = op.attrs.get("eviction_policy")
+        self.expect(op, policy is None or policy in ir.EVICTION_POLICIES, f"eviction_policy {policy!r}")
         elem = ptr.element.element
         if rest:
             mask, other = rest
