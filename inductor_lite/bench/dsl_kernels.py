@@ -229,6 +229,8 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False) -> list
             fits = xblock == 1 or rblock <= 4096 or (half and xblock * rblock <= 16384)
             if 1 <= warps <= 32 and fits:
                 options.append(RowConfig(xblock, rblock, warps, True))
+    if rblock >= 2048:
+        options += [RowConfig(1, chunk, warps, False) for chunk, warps in ((1024, 4), (2048, 8)) if chunk < rblock]
     if rblock >= 8192:
         options += [RowConfig(1, 4096, 8, False), RowConfig(1, 4096, 16, False)]
     if streamed and 8192 <= rblock <= PERSISTENT_MAX_RBLOCK:
@@ -401,7 +403,8 @@ def softmax_looped_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr):
     s = dl.zeros([RBLOCK], dl.float32)
     for start in range(0, cols, RBLOCK):
         col = start + dl.arange(0, RBLOCK)
-        x = dl.load(x_ptr + base + col, mask=col < cols, other=float("-inf")).to(dl.float32)
+        x = dl.load(x_ptr + base + col, mask=col < cols, other=float("-inf"),
+                    eviction_policy="evict_last").to(dl.float32)
         m_new = dl.maximum(m, x)
         # A lane that has only seen padding keeps m_new == -inf; avoid -inf - -inf.
         safe = dl.where(m_new == float("-inf"), 0.0, m_new)
@@ -412,7 +415,7 @@ def softmax_looped_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr):
     for start in range(0, cols, RBLOCK):
         col = start + dl.arange(0, RBLOCK)
         cmask = col < cols
-        x = dl.load(x_ptr + base + col, mask=cmask, other=float("-inf")).to(dl.float32)
+        x = dl.load(x_ptr + base + col, mask=cmask, other=float("-inf"), eviction_policy="evict_first").to(dl.float32)
         dl.store(out_ptr + base + col, dl.exp2((x - row_max) * _LOG2E) * inv_sum, mask=cmask)
 
 
@@ -425,21 +428,22 @@ def layer_norm_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, cols, eps, RBLOCK: dl
     acc = dl.zeros([RBLOCK], dl.float32)
     for start in range(0, cols, RBLOCK):
         col = start + dl.arange(0, RBLOCK)
-        acc += dl.load(x_ptr + base + col, mask=col < cols).to(dl.float32)
+        acc += dl.load(x_ptr + base + col, mask=col < cols, eviction_policy="evict_last").to(dl.float32)
     mean = dl.sum(acc, 0) * inv_cols
     acc2 = dl.zeros([RBLOCK], dl.float32)
     for start in range(0, cols, RBLOCK):
         col = start + dl.arange(0, RBLOCK)
         cmask = col < cols
-        d = dl.where(cmask, dl.load(x_ptr + base + col, mask=cmask).to(dl.float32) - mean, 0.0)
+        d = dl.where(cmask, dl.load(x_ptr + base + col, mask=cmask, eviction_policy="evict_last").to(dl.float32) - mean,
+                     0.0)
         acc2 += d * d
     rstd = dl.rsqrt(dl.sum(acc2, 0) * inv_cols + eps)
     for start in range(0, cols, RBLOCK):
         col = start + dl.arange(0, RBLOCK)
         cmask = col < cols
-        x = dl.load(x_ptr + base + col, mask=cmask).to(dl.float32)
-        w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
-        b = dl.load(b_ptr + col, mask=cmask).to(dl.float32)
+        x = dl.load(x_ptr + base + col, mask=cmask, eviction_policy="evict_first").to(dl.float32)
+        w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
+        b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
         dl.store(out_ptr + base + col, (x - mean) * rstd * w + b, mask=cmask)
 
 
@@ -450,14 +454,14 @@ def rms_norm_looped_kernel(x_ptr, w_ptr, out_ptr, cols, eps, RBLOCK: dl.constexp
     acc = dl.zeros([RBLOCK], dl.float32)
     for start in range(0, cols, RBLOCK):
         col = start + dl.arange(0, RBLOCK)
-        x = dl.load(x_ptr + base + col, mask=col < cols).to(dl.float32)
+        x = dl.load(x_ptr + base + col, mask=col < cols, eviction_policy="evict_last").to(dl.float32)
         acc += x * x
     rstd = dl.rsqrt(dl.sum(acc, 0) * (1.0 / cols) + eps)
     for start in range(0, cols, RBLOCK):
         col = start + dl.arange(0, RBLOCK)
         cmask = col < cols
-        x = dl.load(x_ptr + base + col, mask=cmask).to(dl.float32)
-        w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
+        x = dl.load(x_ptr + base + col, mask=cmask, eviction_policy="evict_first").to(dl.float32)
+        w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
         dl.store(out_ptr + base + col, x * rstd * w, mask=cmask)
 
 
