@@ -401,7 +401,8 @@ def test_kernels_on_gpu(name, dtype):
 def test_streamed_candidates_on_gpu(name, dtype):
     """Every streamed config the autotuner may pick matches torch, with more rows than
     programs (so each program strides over several) and with masked columns."""
-    for rows, cols in [(600, 8192), (300, 16384), (5, 20000)]:
+    masked_cols = 20000 if dtype == torch.bfloat16 else 12000  # fp32 streams rows of up to 16384
+    for rows, cols in [(600, 8192), (300, 16384), (5, masked_cols)]:
         inputs = _inputs(name, rows, cols, dtype, seed=cols, device="cuda")
         want = _reference(name, inputs)
         streamed = [c for c in K.candidates(name, inputs[0]) if c.programs_per_sm]

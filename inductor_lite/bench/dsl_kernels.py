@@ -200,7 +200,7 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False) -> list
 
     Persistent: 4 to 32 values per thread over 1024 to 8192 elements per program
     for rows of up to 1024 columns; 8 to 64 values per thread, one row per program
-    (and two, up to 4096 columns; for half inputs up to 4 rows, 32 KB) for longer rows. The values per thread trade
+    (and two, up to 4096 columns, or 8192 for half inputs) for longer rows. The values per thread trade
     registers (hence programs resident per SM, hence loads in flight) against the
     cost of the cross-warp reduction. Looped, from 8192 columns: 4096-column chunks
     with 8 or 16 warps. ``streamed`` (ops with a streamed kernel), from 8192 columns:
@@ -223,10 +223,10 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False) -> list
     elif rblock <= PERSISTENT_MAX_RBLOCK:
         shapes = [(1, 8), (1, 16), (1, 32), (1, 64), (2, 16), (2, 32)]
         if half:
-            shapes += [(2, 64), (4, 32), (4, 64)]
+            shapes.append((2, 64))
         for xblock, per_thread in shapes:
             warps = xblock * rblock // per_thread // 32
-            fits = xblock == 1 or rblock <= 4096 or (half and xblock * rblock <= 16384)
+            fits = xblock == 1 or rblock <= (8192 if half else 4096)
             if 1 <= warps <= 32 and fits:
                 options.append(RowConfig(xblock, rblock, warps, True))
     if rblock >= 2048:
