@@ -95,6 +95,21 @@ def test_streamed_row_kernels_match_torch(name, shape, config, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", K.REREAD_OPS)
+@pytest.mark.parametrize("shape, config", [
+    ((11, 300), K.RowConfig(1, 512, 2, True, reread=True)),  # masked columns
+    ((7, 300), K.RowConfig(2, 512, 2, True, reread=True)),  # two rows a program, the last one half empty
+    ((5, 512), K.RowConfig(1, 512, 4, True, reread=True)),  # full rows (no masks)
+], ids=["masked", "two_rows", "full"])
+def test_reread_row_kernels_match_torch(name, shape, config, dtype):
+    inputs = _inputs(name, *shape, dtype, seed=shape[0] + 100)
+    want = _reference(name, inputs)
+    out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
+    bench.BENCHES[name].ours(*inputs, out=out, config=config)
+    _assert_matches(out, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", ROW_KERNELS)
 @pytest.mark.parametrize("shape", [(3, 1), (2, 37), (64 + 3, 24), (5, 64), (128, 64), (2, 1500), (3, 2048)])
 def test_row_kernel_default_config_shapes(name, shape, dtype):
@@ -130,7 +145,8 @@ ARGMAX_DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.gp
 
 @pytest.mark.parametrize("device", ARGMAX_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("config", [None, K.RowConfig(1, 32, 1, False)], ids=["persistent", "looped"])
+@pytest.mark.parametrize("config", [None, K.RowConfig(1, 128, 2, True, reread=True), K.RowConfig(1, 32, 1, False)],
+                         ids=["persistent", "reread", "looped"])
 def test_argmax_ties_nan_and_padding(config, dtype, device):
     x = torch.randint(0, 3, (7, 70)).float() - 5.0  # all negative: padding must not win
     x[1] = -1.0  # all tied: first index
@@ -189,6 +205,10 @@ def test_bad_input_raises_clear_errors():
         K.softmax(x, config=K.RowConfig(2, 8, 1, True, 2))
     with pytest.raises(ValueError, match="can stream"):
         K.row_sum(x, config=K.RowConfig(1, 8, 1, True, 2))
+    with pytest.raises(ValueError, match="can re-read"):
+        K.row_sum(x, config=K.RowConfig(1, 8, 1, True, reread=True))
+    with pytest.raises(ValueError, match="can re-read"):
+        K.softmax(x, config=K.RowConfig(1, 8, 1, False, reread=True))
     with pytest.raises(ValueError, match="out must be"):
         K.softmax(x, out=torch.empty(4, 8, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="must match"):
@@ -200,14 +220,16 @@ def test_bad_input_raises_clear_errors():
 @pytest.mark.parametrize("element_size", [2, 4])
 def test_configs_are_valid(element_size):
     for cols in (1, 5, 37, 300, 1024, 1025, 4096, 5120, 32768, 32769, 100_000):
-        for config in K.row_candidates(cols, element_size, streamed=True):
+        for config in K.row_candidates(cols, element_size, streamed=True, reread=True):
             assert config.num_warps in (1, 2, 4, 8, 16, 32)
             assert K.next_power_of_2(config.RBLOCK) == config.RBLOCK
             assert config.RBLOCK >= cols if config.persistent else config.XBLOCK == 1
             if config.programs_per_sm:
                 assert config.persistent and config.XBLOCK == 1 and cols >= 4097
                 assert config.RBLOCK // (32 * config.num_warps) <= 64 // (element_size // 2)
-        assert not any(c.programs_per_sm for c in K.row_candidates(cols, element_size))
+            if config.reread:
+                assert config.persistent and config.XBLOCK == 1 and not config.programs_per_sm and cols >= 2049
+        assert not any(c.programs_per_sm or c.reread for c in K.row_candidates(cols, element_size))
         assert K.row_candidates(cols, element_size)[0] == K.row_config(cols, element_size)
     assert K.row_config(1024, element_size) == K.RowConfig(4, 1024, 4, True)
     assert K.row_config(32768, element_size) == K.RowConfig(1, 32768, 16, True)
@@ -408,6 +430,23 @@ def test_streamed_candidates_on_gpu(name, dtype):
         streamed = [c for c in K.candidates(name, inputs[0]) if c.programs_per_sm]
         assert streamed
         for config in streamed:
+            out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
+            bench.BENCHES[name].ours(*inputs, out=out, config=config)
+            torch.cuda.synchronize()
+            _assert_matches(out, want, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", K.REREAD_OPS)
+def test_reread_candidates_on_gpu(name, dtype):
+    """Every re-reading config the autotuner may pick matches torch, full and masked."""
+    for rows, cols in [(300, 8192), (40, 16384), (5, 20000)]:
+        inputs = _inputs(name, rows, cols, dtype, seed=cols + 1, device="cuda")
+        want = _reference(name, inputs)
+        reread = [c for c in K.candidates(name, inputs[0]) if c.reread]
+        assert reread
+        for config in reread:
             out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
             bench.BENCHES[name].ours(*inputs, out=out, config=config)
             torch.cuda.synchronize()

@@ -97,7 +97,9 @@ class RowConfig:
     streamed in ``RBLOCK``-wide chunks. ``programs_per_sm > 0`` (persistent, ``XBLOCK
     == 1``; softmax and the norms only): a *streamed* launch, a fixed grid of
     ``programs_per_sm`` programs per SM that stride over the rows and load the next
-    row before reducing the current one.
+    row before reducing the current one. ``reread`` (persistent, not streamed; not
+    row_sum): the row is loaded again after each reduction instead of held in
+    registers.
     """
 
     XBLOCK: int
@@ -105,14 +107,15 @@ class RowConfig:
     num_warps: int
     persistent: bool
     programs_per_sm: int = 0
+    reread: bool = False
 
     def __str__(self) -> str:
-        """``4x1024 w4`` (persistent: XBLOCK x RBLOCK), ``loop 4096 w8`` or ``stream
-        16384 w16 2/SM``."""
+        """``4x1024 w4`` (persistent: XBLOCK x RBLOCK), ``1x16384 w4 reread``, ``loop
+        4096 w8`` or ``stream 16384 w16 2/SM``."""
         if self.programs_per_sm:
             return f"stream {self.RBLOCK} w{self.num_warps} {self.programs_per_sm}/SM"
         blocks = f"{self.XBLOCK}x{self.RBLOCK}" if self.persistent else f"loop {self.RBLOCK}"
-        return f"{blocks} w{self.num_warps}"
+        return f"{blocks} w{self.num_warps}{' reread' if self.reread else ''}"
 
 
 def next_power_of_2(n: int) -> int:
@@ -195,7 +198,7 @@ def row_config(cols: int, element_size: int) -> RowConfig:
     return RowConfig(1, 4096, 8, False)
 
 
-def row_candidates(cols: int, element_size: int, streamed: bool = False) -> list[RowConfig]:
+def row_candidates(cols: int, element_size: int, streamed: bool = False, reread: bool = False) -> list[RowConfig]:
     """What the autotuner times for a row reduction (the default first).
 
     Persistent: 4 to 32 values per thread over 1024 to 8192 elements per program
@@ -208,7 +211,11 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False) -> list
     thread. There one or two programs fill an SM, and a program that loads its next
     row only after reducing this one leaves the memory idle meanwhile: on an H200
     streaming raised LayerNorm over 16384 columns from 83% to 90% of copy bandwidth
-    in fp32 and from 67% to 82% in bf16.
+    in fp32 and from 67% to 82% in bf16. ``reread`` (ops that reduce a row before
+    using it again), from 4096 columns: one row per program re-read after each
+    reduction, 4 to 16 warps, 16 to 128 values per thread (on an H200: softmax bf16
+    over 16384 columns from 84% to 86% of copy bandwidth, RMSNorm bf16 over 8192 from
+    88% to 90%).
     """
     default = row_config(cols, element_size)
     rblock = next_power_of_2(cols)
@@ -233,6 +240,10 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False) -> list
         options += [RowConfig(1, chunk, warps, False) for chunk, warps in ((1024, 4), (2048, 8)) if chunk < rblock]
     if rblock >= 8192:
         options += [RowConfig(1, 4096, 8, False), RowConfig(1, 4096, 16, False)]
+    if reread and 4096 <= rblock <= PERSISTENT_MAX_RBLOCK:
+        for warps in (4, 8, 16):
+            if 16 <= rblock // (32 * warps) <= 128:
+                options.append(RowConfig(1, rblock, warps, True, reread=True))
     if streamed and 8192 <= rblock <= PERSISTENT_MAX_RBLOCK:
         for warps in (8, 16):
             per_thread = rblock // (32 * warps)
@@ -285,32 +296,36 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
 
 # ----------------------------------------------------------------------------- persistent row kernels
 # XBLOCK rows per program, each whole in an RBLOCK-wide block (RBLOCK >= cols).
-# NO_MASK: cols == RBLOCK and XBLOCK divides rows.
+# NO_MASK: cols == RBLOCK and XBLOCK divides rows. REREAD: no row-sized value stays in
+# registers across a reduction; each pass after the first loads the row again, from
+# L1 or L2 (the first load asks to keep it: evict_last). Fewer registers a thread
+# means more programs per SM on long rows.
 
 
 @dl.kernel
 def softmax_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr,
-                   NO_MASK: dl.constexpr):
+                   NO_MASK: dl.constexpr, REREAD: dl.constexpr):
     """out = softmax(x, -1), x and out (rows, cols); grid (cdiv(rows, XBLOCK),)."""
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
     col = dl.arange(0, RBLOCK)[None, :]
     mask = None if NO_MASK else (row < rows) & (col < cols)
+    pad = None if NO_MASK else float("-inf")
     offs = row * cols + col
-    if NO_MASK:
-        x = dl.load(x_ptr + offs).to(dl.float32)
-    else:
-        x = dl.load(x_ptr + offs, mask=mask, other=float("-inf")).to(dl.float32)
+    x = dl.load(x_ptr + offs, mask=mask, other=pad, eviction_policy="evict_last" if REREAD else "").to(dl.float32)
+    top = dl.max(x, 1)[:, None]
+    if REREAD:
+        x = dl.load(x_ptr + offs, mask=mask, other=pad, eviction_policy="evict_first").to(dl.float32)
     # exp(t) as exp2(t * log2(e)), as Triton's tl.exp does: fewer instructions than
     # libdevice's expf; the rounded product adds about 6e-8 * |t| relative error, under
     # 1e-6 for every term above 1e-7 of the row's largest (t > -16).
-    e = dl.exp2((x - dl.max(x, 1)[:, None]) * _LOG2E)
+    e = dl.exp2((x - top) * _LOG2E)
     # One reciprocal per row instead of a division per element.
     dl.store(out_ptr + offs, e * (1.0 / dl.sum(e, 1))[:, None], mask=mask)
 
 
 @dl.kernel
 def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps,
-                      XBLOCK: dl.constexpr, RBLOCK: dl.constexpr, NO_MASK: dl.constexpr):
+                      XBLOCK: dl.constexpr, RBLOCK: dl.constexpr, NO_MASK: dl.constexpr, REREAD: dl.constexpr):
     """out = layer_norm(x) * w + b over the last dim, x and out (rows, cols), w and b
     (cols,); grid (cdiv(rows, XBLOCK),)."""
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
@@ -318,13 +333,19 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps,
     cmask = None if NO_MASK else col < cols
     mask = None if NO_MASK else (row < rows) & cmask
     offs = row * cols + col
-    x = dl.load(x_ptr + offs, mask=mask).to(dl.float32)
+    keep = "evict_last" if REREAD else ""
+    x = dl.load(x_ptr + offs, mask=mask, eviction_policy=keep).to(dl.float32)
     inv_cols = 1.0 / cols
-    # Two passes over registers: exact mean, then the variance of the centred row.
-    d = x - (dl.sum(x, 1) * inv_cols)[:, None]
+    # Two passes: exact mean, then the variance of the centred row.
+    mean = (dl.sum(x, 1) * inv_cols)[:, None]
+    if REREAD:
+        x = dl.load(x_ptr + offs, mask=mask, eviction_policy=keep).to(dl.float32)
+    d = x - mean
     if not NO_MASK:
         d = dl.where(cmask, d, 0.0)
     rstd = dl.rsqrt(dl.sum(d * d, 1) * inv_cols + eps)[:, None]
+    if REREAD:
+        d = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first").to(dl.float32) - mean
     w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
     b = dl.load(b_ptr + col, mask=cmask).to(dl.float32)
     dl.store(out_ptr + offs, d * rstd * w + b, mask=mask)
@@ -332,7 +353,7 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps,
 
 @dl.kernel
 def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr,
-                    NO_MASK: dl.constexpr):
+                    NO_MASK: dl.constexpr, REREAD: dl.constexpr):
     """out = x * rsqrt(mean(x**2, -1) + eps) * w, x and out (rows, cols), w (cols,);
     grid (cdiv(rows, XBLOCK),)."""
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
@@ -340,8 +361,10 @@ def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr
     cmask = None if NO_MASK else col < cols
     mask = None if NO_MASK else (row < rows) & cmask
     offs = row * cols + col
-    x = dl.load(x_ptr + offs, mask=mask).to(dl.float32)
+    x = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_last" if REREAD else "").to(dl.float32)
     rstd = dl.rsqrt(dl.sum(x * x, 1) * (1.0 / cols) + eps)[:, None]
+    if REREAD:
+        x = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first").to(dl.float32)
     w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
     dl.store(out_ptr + offs, x * rstd * w, mask=mask)
 
@@ -362,21 +385,21 @@ def row_sum_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.
 
 @dl.kernel
 def row_argmax_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr,
-                      NO_MASK: dl.constexpr, HALF: dl.constexpr):
+                      NO_MASK: dl.constexpr, HALF: dl.constexpr, REREAD: dl.constexpr):
     """out[r] = first argmax of x[r, :] (NaN is the maximum), x (rows, cols), out (rows,)
     int32 or int64; HALF: x is fp16 or bf16; grid (cdiv(rows, XBLOCK),)."""
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
     col = dl.arange(0, RBLOCK)[None, :]
     rmask = None if NO_MASK else row < rows
+    mask = None if NO_MASK else rmask & (col < cols)
+    pad = None if NO_MASK else float("-inf")  # never beats a real element; ties go to the lower column
     offs = row * cols + col
-    if NO_MASK:
-        x = dl.load(x_ptr + offs).to(dl.float32)
-    else:
-        # Padding is -inf: it never beats a real element, and ties go to the lower column.
-        x = dl.load(x_ptr + offs, mask=rmask & (col < cols), other=float("-inf")).to(dl.float32)
+    x = dl.load(x_ptr + offs, mask=mask, other=pad, eviction_policy="evict_last" if REREAD else "").to(dl.float32)
     # The row's maximum (NaN if the row has one), then the first column holding it:
     # two cheap reductions instead of one (value, index) argmax reduction.
     top = dl.max(x, 1)[:, None]
+    if REREAD:
+        x = dl.load(x_ptr + offs, mask=mask, other=pad, eviction_policy="evict_first").to(dl.float32)
     if HALF:
         # A widened fp16/bf16 value never equals 1 + 2**-23 (its low 13 bits are 0), so a
         # NaN row aims at that instead, and one compare per element, equal-or-unordered
@@ -604,13 +627,16 @@ def _output(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtyp
     return out
 
 
-def _row_config(config: RowConfig, cols: int, streamed: bool = False) -> RowConfig:
+def _row_config(config: RowConfig, cols: int, streamed: bool = False, reread: bool = False) -> RowConfig:
     if config.persistent and config.RBLOCK < cols:
         raise ValueError(f"persistent config {config} cannot hold a row of {cols} columns")
     if (not config.persistent or config.programs_per_sm) and config.XBLOCK != 1:
         raise ValueError(f"looped or streamed config {config} must have XBLOCK == 1")
     if config.programs_per_sm and not (streamed and config.persistent):
         raise ValueError(f"config {config}: only persistent softmax, layer_norm and rms_norm configs can stream")
+    if config.reread and not (reread and config.persistent and not config.programs_per_sm):
+        raise ValueError(f"config {config}: only persistent, unstreamed softmax, layer_norm, rms_norm and "
+                         "row_argmax configs can re-read")
     return config
 
 
@@ -699,9 +725,9 @@ def softmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
     """
     rows, cols = _check_rows(x)
     out = _output(out, x.shape, x.dtype, x.device)
-    config = _row_config(config, cols, streamed=True) if config else choose_config("softmax", x)
+    config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("softmax", x)
     _launch_rows(softmax_kernel, softmax_looped_kernel, config, rows, cols, (x, out),
-                 streamed_kernel=softmax_streamed_kernel)
+                 streamed_kernel=softmax_streamed_kernel, persistent_constexprs={"REREAD": config.reread})
     return out
 
 
@@ -718,9 +744,10 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     _check_param("weight", weight, x)
     _check_param("bias", bias, x)
     out = _output(out, x.shape, x.dtype, x.device)
-    config = _row_config(config, cols, streamed=True) if config else choose_config("layer_norm", x, weight, bias, eps)
+    config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("layer_norm", x, weight, bias, eps)
     _launch_rows(layer_norm_kernel, layer_norm_looped_kernel, config, rows, cols, (x, weight, bias, out),
-                 (float(eps),), streamed_kernel=layer_norm_streamed_kernel)
+                 (float(eps),), streamed_kernel=layer_norm_streamed_kernel,
+                 persistent_constexprs={"REREAD": config.reread})
     return out
 
 
@@ -736,9 +763,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     rows, cols = _check_rows(x)
     _check_param("weight", weight, x)
     out = _output(out, x.shape, x.dtype, x.device)
-    config = _row_config(config, cols, streamed=True) if config else choose_config("rms_norm", x, weight, eps)
+    config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("rms_norm", x, weight, eps)
     _launch_rows(rms_norm_kernel, rms_norm_looped_kernel, config, rows, cols, (x, weight, out), (float(eps),),
-                 streamed_kernel=rms_norm_streamed_kernel)
+                 streamed_kernel=rms_norm_streamed_kernel, persistent_constexprs={"REREAD": config.reread})
     return out
 
 
@@ -769,9 +796,9 @@ def row_argmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
     """
     rows, cols = _check_rows(x)
     out = _output(out, (rows,), torch.int64, x.device)
-    config = _row_config(config, cols) if config else choose_config("row_argmax", x)
+    config = _row_config(config, cols, reread=True) if config else choose_config("row_argmax", x)
     _launch_rows(row_argmax_kernel, row_argmax_looped_kernel, config, rows, cols, (x, out),
-                 persistent_constexprs={"HALF": x.element_size() == 2})
+                 persistent_constexprs={"HALF": x.element_size() == 2, "REREAD": config.reread})
     return out
 
 
@@ -779,6 +806,8 @@ def row_argmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
 
 STREAMED_OPS = ("softmax", "layer_norm", "rms_norm")
 """The row ops with a streamed kernel (`RowConfig.programs_per_sm`)."""
+REREAD_OPS = ("softmax", "layer_norm", "rms_norm", "row_argmax")
+"""The row ops whose persistent kernel can re-read the row (`RowConfig.reread`)."""
 
 LAUNCHERS = {"add": add, "bias_gelu": bias_gelu, "softmax": softmax, "layer_norm": layer_norm,
              "rms_norm": rms_norm, "row_sum": row_sum, "row_argmax": row_argmax}
@@ -791,7 +820,7 @@ def candidates(op: str, x: torch.Tensor) -> list:
         return pointwise_candidates(x.numel(), x.element_size())
     if op == "bias_gelu":
         return tile_candidates(x.shape[0], x.shape[1], x.element_size())
-    return row_candidates(x.shape[-1], x.element_size(), streamed=op in STREAMED_OPS)
+    return row_candidates(x.shape[-1], x.element_size(), streamed=op in STREAMED_OPS, reread=op in REREAD_OPS)
 
 
 def choose_config(op: str, *inputs):
