@@ -47,6 +47,7 @@ import torch
 
 import inductor_lite.dsl as dl
 from inductor_lite.runtime.autotune import autotune
+from inductor_lite.runtime.timing import l2_bytes, rotation_sets
 
 PERSISTENT_MAX_RBLOCK = 32768
 """Longest row (as a power of two) the persistent row kernels hold in registers:
@@ -825,21 +826,27 @@ def candidates(op: str, x: torch.Tensor) -> list:
 
 def choose_config(op: str, *inputs):
     """The config launcher ``LAUNCHERS[op]`` uses on ``inputs`` when given none: the
-    fastest of `candidates`, timed on these inputs the first time a (shape, dtype)
-    is seen (`inductor_lite.runtime.autotune`); the default on CPU.
+    fastest of `candidates`, timed the first time a (shape, dtype) is seen
+    (`inductor_lite.runtime.autotune`) on these inputs and copies of them, taken in
+    turn so that every timed call reads from HBM (the copies, up to 3 L2 sizes, live
+    only while tuning); the default on CPU.
 
     Raises:
         KeyError: ``op`` is not in `LAUNCHERS`.
     """
     launcher = LAUNCHERS[op]
     x = inputs[0]
-    scratch: list[torch.Tensor] = []
+    state: dict = {}
 
     def run(config) -> None:
-        if scratch:
-            launcher(*inputs, out=scratch[0], config=config)
-        else:
-            scratch.append(launcher(*inputs, config=config))
+        if not state:  # the first call allocates the output and sizes the rotation
+            out = launcher(*inputs, config=config)
+            moved = out.nbytes + sum(t.nbytes for t in inputs if isinstance(t, torch.Tensor))
+            state.update(out=out, sets=rotation_sets(inputs, moved, l2_bytes(x.device)), calls=0)
+            return
+        sets = state["sets"]
+        launcher(*sets[state["calls"] % len(sets)], out=state["out"], config=config)
+        state["calls"] += 1
 
     key = (tuple(x.shape), str(x.dtype))
     return autotune(op, key, candidates(op, x), run, x.device)

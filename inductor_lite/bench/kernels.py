@@ -42,24 +42,20 @@ import dataclasses
 import datetime
 import functools
 import json
-import math
 import platform
-import statistics
 import sys
-import time
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from ..runtime.timing import Timer, l2_bytes, rotation_sets
 from . import dsl_kernels as K
 from .report import output_format, require
 
 COPY_BYTES = 512 * 2**20
 TARGET_MIN_MB = 32.0
 TARGET_COPY_FRACTION = 0.85
-ROTATE_L2_MULTIPLE = 3
-DEFAULT_L2_BYTES = 50 * 2**20  # H100; used when torch does not report the L2 size
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -189,92 +185,6 @@ def poisoned_like(t: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- timing
 
 
-class Timer:
-    """Median seconds per call on one device (see the module docstring for the method).
-
-    Raises:
-        ValueError: ``repeat < 1`` or ``warmup < 0``.
-    """
-
-    BATCH = 25
-    MAX_SLEEP_S = 0.2
-
-    def __init__(self, device: torch.device, warmup: int, repeat: int):
-        if repeat < 1 or warmup < 0:
-            raise ValueError(f"need repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
-        self.device, self.warmup, self.repeat = device, warmup, repeat
-        self._cycles_per_s: Optional[float] = None
-
-    def median_seconds(self, contenders: Sequence[Sequence[Callable[[], Any]]]) -> list[float]:
-        """Median seconds per call of each contender, in order.
-
-        A contender is a list of calls used in rotation (call ``i`` runs
-        ``calls[i % len(calls)]``). After the warm-up the contenders take turns, a
-        batch (CUDA) or a call (CPU) each, so clock and load changes hit all alike.
-        """
-        for calls in contenders:
-            for i in range(self.warmup):
-                calls[i % len(calls)]()
-        samples: list[list[float]] = [[] for _ in contenders]
-        if self.device.type != "cuda":
-            for i in range(self.repeat):
-                for calls, out in zip(contenders, samples):
-                    start = time.perf_counter()
-                    calls[i % len(calls)]()
-                    out.append(time.perf_counter() - start)
-        else:
-            host_s = [self._host_seconds(calls) for calls in contenders]
-            for first in range(0, self.repeat, self.BATCH):
-                n = min(self.BATCH, self.repeat - first)
-                for k, calls in enumerate(contenders):
-                    times, host_s[k] = self._cuda_batch(calls, first, n, host_s[k])
-                    samples[k] += times
-        return [statistics.median(out) for out in samples]
-
-    def _host_seconds(self, calls: Sequence[Callable[[], Any]]) -> float:
-        """The longest of a few calls' host time (the device idle): what queueing costs."""
-        torch.cuda.synchronize(self.device)
-        worst = 0.0
-        for i in range(3):
-            start = time.perf_counter()
-            calls[i % len(calls)]()
-            worst = max(worst, time.perf_counter() - start)
-        torch.cuda.synchronize(self.device)
-        return worst
-
-    def _cuda_batch(self, calls: Sequence[Callable[[], Any]], first: int, n: int,
-                    host_s: float) -> tuple[list[float], float]:
-        """Device seconds of calls ``first .. first + n - 1`` and the updated host cost per call.
-
-        ``torch.cuda._sleep`` holds the stream for twice the expected queueing time, so
-        the calls run back to back and each event pair brackets device work only.
-        """
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
-        sleep_s = min(self.MAX_SLEEP_S, 2 * host_s * n + 50e-6)
-        torch.cuda._sleep(int(sleep_s * self._cycles_per_second()))
-        start = time.perf_counter()
-        events[0].record()
-        for j in range(n):
-            calls[(first + j) % len(calls)]()
-            events[j + 1].record()
-        host_s = max(host_s, (time.perf_counter() - start) / n)
-        events[-1].synchronize()
-        return [events[j].elapsed_time(events[j + 1]) / 1e3 for j in range(n)], host_s
-
-    def _cycles_per_second(self) -> float:
-        """The device clock as ``torch.cuda._sleep`` counts it, measured once."""
-        if self._cycles_per_s is None:
-            cycles = 10_000_000
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(cycles // 10)  # wake the clocks up
-            begin.record()
-            torch.cuda._sleep(cycles)
-            end.record()
-            end.synchronize()
-            self._cycles_per_s = cycles / (begin.elapsed_time(end) / 1e3)
-        return self._cycles_per_s
-
-
 def copy_bandwidth(device: torch.device, timer: Timer) -> float:
     """GB/s of a device-to-device ``Tensor.copy_`` of `COPY_BYTES` (8 MiB on CPU):
     bytes read + written over the median time."""
@@ -283,20 +193,6 @@ def copy_bandwidth(device: torch.device, timer: Timer) -> float:
     dst = torch.empty_like(src)
     (seconds,) = timer.median_seconds([[lambda: dst.copy_(src)]])
     return 2 * n / seconds / 1e9
-
-
-def l2_bytes(device: torch.device) -> int:
-    """The device's L2 cache size in bytes (0 on CPU: nothing is rotated there)."""
-    if device.type != "cuda":
-        return 0
-    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or DEFAULT_L2_BYTES)
-
-
-def rotation_sets(inputs: tuple, bytes_per_call: int, l2: int, max_sets: int = 256) -> list[tuple]:
-    """``inputs`` plus copies, enough that one pass over all of them moves at least
-    `ROTATE_L2_MULTIPLE` x ``l2`` bytes (just ``[inputs]`` when one set already does)."""
-    count = min(max_sets, max(1, math.ceil(ROTATE_L2_MULTIPLE * l2 / max(1, bytes_per_call))))
-    return [inputs] + [tuple(t.clone() for t in inputs) for _ in range(count - 1)]
 
 
 # ----------------------------------------------------------------------------- one row

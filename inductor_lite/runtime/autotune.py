@@ -1,19 +1,19 @@
 """Block-size autotuning: time each candidate launch config on the real arguments, keep
 the fastest, remember it in memory and on disk.
 
-The method: a candidate's time is the mean of two medians of single calls, each timed
-by CUDA events on the current stream after a flush of the L2 cache, so every call
-reads its inputs from HBM: one median after a *read* of a buffer larger than the L2
-(the L2 then holds clean lines, and the kernel's own writes may stay in it untimed),
-one after a *write* of it, as Triton's ``do_bench`` does (the L2 then holds dirty
-lines whose write-back lands on the timed call, as the previous kernel's outputs do
-in a model or a benchmark loop). Alone, each misranks some kernels: on an H200, over
-ten bench shapes, the configs picked after a read flush ran 7.4 percentage points of
-copy bandwidth (summed) below the best in the benchmark's back-to-back loop, those
-after a write flush 2.9, those by the mean of both 1.1. Back-to-back calls on the
-same inputs are not used: with inputs near the L2's size their partial L2 hits
-depend on the config's program order, which misranked configs on an H200. A candidate that fails to compile or launch is skipped (and
-logged); the first candidate is the default, used without timing when tuning is off
+The method: a candidate's time is the median per-call time of calls queued back to
+back (`timing.Timer`: CUDA events between calls, the host's queueing hidden behind a
+``torch.cuda._sleep``), the same method as the kernel benchmark. ``run`` should take
+its inputs in turn from `timing.rotation_sets` (`bench.dsl_kernels.choose_config`
+does), so that every call reads from HBM while the previous call's outputs are still
+being written back, as in a model. Single calls after an L2 flush were tried on an
+H200 and misranked configs: over ten shapes, the configs picked after a read flush ran
+7.4 percentage points of copy bandwidth (summed) below the best in the benchmark's
+loop, after a write flush 2.9; a read flush leaves the kernel's own writes in L2,
+untimed, and a write flush makes it pay for the flush's.
+
+A candidate that fails to compile or launch is skipped (and logged); the first
+candidate is the default, used without timing when tuning is off
 (``INDUCTOR_LITE_AUTOTUNE=0``), on a non-CUDA device, or when it is the only one.
 
 Decisions are stored under ``<cache_dir>/autotune/<sha256>.json``, named by a hash of
@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 import tempfile
 from typing import Callable, Hashable, Sequence, TypeVar
 
@@ -41,24 +40,20 @@ from ..config import config
 from ..counters import counters
 from ..dsl.compiler import toolchain_versions
 from ..logs import log_artifact
+from .timing import Timer
 
 C = TypeVar("C")
 
-L2_FLUSH_BYTES = 256 * 2**20
-"""Bytes read before each timed batch: larger than the L2 of any current GPU (H100: 50
-MiB, H200: 60 MiB), as Triton's ``do_bench`` (256 MB) does."""
-
 TIME_BUDGET_S = 0.02
-"""Device time spent timing one candidate under each flush (after a first, untimed
-call): enough calls for a stable median, from `MIN_CALLS` to `MAX_CALLS`."""
-MIN_CALLS = 5
+"""Device time spent timing one candidate (after a first, untimed call): enough calls
+for a stable median, from `MIN_CALLS` to `MAX_CALLS`."""
+MIN_CALLS = 10
 MAX_CALLS = 100
 
-TIMING_METHOD = "mean of medians after a read and a write L2 flush"
+TIMING_METHOD = "median of back-to-back calls (timing.Timer)"
 """Part of the disk key: decisions timed another way are not reused."""
 
 _decisions: dict[tuple, int] = {}
-_flush_buffers: dict[torch.device, torch.Tensor] = {}
 
 
 def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C], None],
@@ -128,33 +123,14 @@ def _tune(name: str, key: Hashable, candidates: Sequence[C], labels: list[str], 
 
 
 def _time(fn: Callable[[], None], device: torch.device) -> float:
-    """Seconds per call of ``fn`` on ``device``: the mean of its medians after a read
-    flush and after a write flush (see the module docstring)."""
+    """Median seconds per call of ``fn`` on ``device``, called back to back (see the
+    module docstring)."""
     with torch.cuda.device(device):
         fn()  # compile and load outside the timing
-        flush = _flush_buffers.get(device)
-        if flush is None:
-            flush = _flush_buffers[device] = torch.ones(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device)
-
-        def one_call(write: bool) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            if write:
-                flush.fill_(1.0)
-            else:
-                flush.sum()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-
-        medians = []
-        for write in (False, True):
-            samples = [one_call(write) for _ in range(MIN_CALLS)]
-            calls = max(MIN_CALLS, min(MAX_CALLS, int(TIME_BUDGET_S / max(statistics.median(samples), 1e-7))))
-            samples += [one_call(write) for _ in range(calls - MIN_CALLS)]
-            medians.append(statistics.median(samples))
-        return sum(medians) / len(medians)
+        (probe,) = Timer(device, warmup=1, repeat=MIN_CALLS).median_seconds([[fn]])
+        calls = max(MIN_CALLS, min(MAX_CALLS, int(TIME_BUDGET_S / max(probe, 1e-7))))
+        (seconds,) = Timer(device, warmup=0, repeat=calls).median_seconds([[fn]])
+        return seconds
 
 
 def _decision_path(name: str, key: Hashable, labels: list[str], device_name: str) -> str:
