@@ -156,7 +156,9 @@ def test_argmax_ties_nan_and_padding(config, dtype, device):
     x[5, 3], x[5, 7] = float("inf"), float("nan")  # an earlier +inf does not beat a NaN
     x[6, 20] = 1.0  # the NaN row's stand-in target (1 + 2**-23) is not a half value: plain rows still match 1.0
     x = x.to(dtype).to(device)
-    _assert_matches(K.row_argmax(x, config=config), x.float().argmax(-1), dtype)
+    full = x[:, 5:69].contiguous()  # 64 columns: full blocks, no masks
+    for t in (x, full):
+        _assert_matches(K.row_argmax(t, config=config), t.float().argmax(-1), dtype)
 
 
 @pytest.mark.parametrize("config", [None, K.RowConfig(1, 32, 1, False)], ids=["persistent", "looped"])
@@ -215,6 +217,33 @@ def test_bad_input_raises_clear_errors():
         K.add(_randn(4), _randn(5))
     with pytest.raises(TypeError, match="must be a torch.Tensor"):
         K.add([1.0], _randn(1))
+
+
+def test_tuning_rotates_input_copies(monkeypatch):
+    """choose_config's timed calls take the inputs and copies of them in turn (every
+    tensor copied, scalars passed through) and write into one output."""
+    x, w, b = _randn(4, 64), _randn(64), _randn(64)
+    seen = []
+
+    def recording(*args, out=None, config=None):
+        seen.append((args, out))
+        return K.layer_norm(*args, out=out, config=config)
+
+    def fake_autotune(name, key, candidates, run, device):
+        for _ in range(7):
+            run(candidates[0])
+        return candidates[0]
+
+    monkeypatch.setitem(K.LAUNCHERS, "layer_norm", recording)
+    monkeypatch.setattr(K, "autotune", fake_autotune)
+    monkeypatch.setattr(K, "l2_bytes", lambda device: 4 * x.nbytes)  # 3 x 4 L2 / (2 x + 2 params) -> 5 sets
+    assert K.choose_config("layer_norm", x, w, b, 1e-5) == K.row_config(64, 4)
+    first, out = seen[0]
+    assert first[0] is x and out is None
+    timed = [args for args, o in seen[1:]]
+    assert all(o is seen[1][1] is not None for _, o in seen[1:])
+    assert len({id(args[0]) for args in timed}) == 5 and timed[0][0] is x and timed[5][0] is x
+    assert all(torch.equal(args[0], x) and args[3] == 1e-5 for args in timed)
 
 
 @pytest.mark.parametrize("element_size", [2, 4])
@@ -304,8 +333,9 @@ def test_parse_sizes_and_rotation():
             bench.parse_sizes(bad)
     x = torch.zeros(4)
     assert len(bench.rotation_sets((x,), 16, l2=0)) == 1
-    sets = bench.rotation_sets((x,), 100, l2=1000)  # 3 x 1000 bytes / 100 bytes per call
-    assert len(sets) == 30 and sets[0][0] is x and sets[1][0] is not x
+    sets = bench.rotation_sets((x, 1e-5), 100, l2=1000)  # 3 x 1000 bytes / 100 bytes per call
+    assert len(sets) == 30 and sets[0][0] is x and sets[1][0] is not x and sets[1][1] == 1e-5
+    assert torch.equal(sets[1][0], x)
 
 
 class _FakeEvent:

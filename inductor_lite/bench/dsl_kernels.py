@@ -16,15 +16,16 @@ launcher            computes (fp32 accumulation for half inputs)         torch e
 ==================  ===================================================  ====================
 
 The kernels follow Triton's style. Pointwise ops move 16-byte vectors, many per
-thread. Row ops are *persistent* while a row fits one block (``RBLOCK`` = next
-power of two of the columns, up to `PERSISTENT_MAX_RBLOCK`): the row is loaded
+thread. Row ops are *persistent reductions* while a row fits one block (``RBLOCK`` =
+next power of two of the columns, up to `PERSISTENT_MAX_RBLOCK`): the row is loaded
 once into registers, reduced, and the result written, so each input byte is read
-once. Rows of up to 1024 columns are packed several to a program, at most one warp
-per row, so their reductions stay in warp shuffles. Longer rows use *looped* kernels
-that stream the row in ``RBLOCK`` chunks (reading it again, from L2 if it is still
-there, for the output pass). Softmax and the norms also have *streamed* kernels for
-wide rows: a fixed grid of programs strides over the rows, each loading its next row
-before reducing the current one. When every block is full (e.g. power-of-two widths) the
+from HBM once (``REREAD`` variants load it again from L1/L2 after each reduction
+rather than hold it in registers). Rows of up to 1024 columns can be packed several
+to a program. Longer rows can use *looped* kernels that stream the row in ``RBLOCK``
+chunks (reading it again, from L2 if it is still there, for the output pass).
+Softmax and the norms also have *streamed* kernels for wide rows, persistent kernels
+in the CUDA sense: a grid sized to the SMs strides over the rows, each program
+loading its next row before reducing the current one. When every block is full (e.g. power-of-two widths) the
 launchers pass ``NO_MASK=True`` and the kernels are compiled without masks. Argmax is
 a max reduction followed by a min over the columns that hold the maximum, cheaper
 per element than a (value, index) reduction.
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from typing import Optional, Sequence
 
 import torch
@@ -204,12 +206,13 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False, reread:
 
     Persistent: 4 to 32 values per thread over 1024 to 8192 elements per program
     for rows of up to 1024 columns; 8 to 64 values per thread, one row per program
-    (and two, up to 4096 columns, or 8192 for half inputs) for longer rows. The values per thread trade
-    registers (hence programs resident per SM, hence loads in flight) against the
-    cost of the cross-warp reduction. Looped, from 8192 columns: 4096-column chunks
-    with 8 or 16 warps. ``streamed`` (ops with a streamed kernel), from 8192 columns:
-    1, 2 or 4 programs per SM of 8 or 16 warps, 8 to 32 fp32 or 64 half values per
-    thread. There one or two programs fill an SM, and a program that loads its next
+    (and two, up to 4096 columns, or 8192 for half inputs) for longer rows. The
+    values per thread trade registers (hence programs resident per SM, hence loads in
+    flight) against the cost of the cross-warp reduction. Looped: 1024-column chunks
+    with 4 warps and 2048-column chunks with 8 from 2048 columns, 4096-column chunks
+    with 8 or 16 warps from 8192. ``streamed`` (ops with a streamed kernel), from 8192
+    columns: 1, 2 or 4 programs per SM of 8 or 16 warps, 16 to 32 fp32 or 16 to 64
+    half values per thread. There one or two programs fill an SM, and a program that loads its next
     row only after reducing this one leaves the memory idle meanwhile: on an H200
     streaming raised LayerNorm over 16384 columns from 83% to 90% of copy bandwidth
     in fp32 and from 67% to 82% in bf16. ``reread`` (ops that reduce a row before
@@ -377,8 +380,8 @@ def row_sum_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
     col = dl.arange(0, RBLOCK)[None, :]
     rmask = None if NO_MASK else row < rows
-    # Read once: evict first. On an H200 that gave row_sum 0.3-0.6% (and slowed the
-    # norms and softmax by 3-4%, which is why only row_sum does it).
+    # Read once: evict first. On an H200 that gave row_sum 0.3-0.6%; on the one load
+    # of the other persistent kernels it cost them 3-4%.
     x = dl.load(x_ptr + row * cols + col, mask=None if NO_MASK else rmask & (col < cols),
                 eviction_policy="evict_first").to(dl.float32)
     dl.store(out_ptr + row, dl.sum(x, 1)[:, None], mask=rmask)
@@ -642,9 +645,9 @@ def _row_config(config: RowConfig, cols: int, streamed: bool = False, reread: bo
 
 
 @functools.lru_cache(maxsize=None)
-def _multiprocessors(device: torch.device) -> int:
-    """SMs of a CUDA device; 1 on CPU (the interpreter), so a streamed launch there
-    still strides over the rows."""
+def _sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device; 1 on CPU (the interpreter), so a
+    streamed launch there still strides over the rows."""
     if device.type != "cuda":
         return 1
     return torch.cuda.get_device_properties(device).multi_processor_count
@@ -659,7 +662,7 @@ def _launch_rows(persistent_kernel, looped_kernel, config: RowConfig, rows: int,
     if rows == 0:
         return
     if config.programs_per_sm:
-        grid = (min(rows, config.programs_per_sm * _multiprocessors(tensors[0].device)),)
+        grid = (min(rows, config.programs_per_sm * _sm_count(tensors[0].device)),)
         streamed_kernel[grid](*tensors, rows, cols, *scalars, RBLOCK=config.RBLOCK, NO_MASK=cols == config.RBLOCK,
                               num_warps=config.num_warps)
     elif config.persistent:
@@ -826,10 +829,10 @@ def candidates(op: str, x: torch.Tensor) -> list:
 
 def choose_config(op: str, *inputs):
     """The config launcher ``LAUNCHERS[op]`` uses on ``inputs`` when given none: the
-    fastest of `candidates`, timed the first time a (shape, dtype) is seen
-    (`inductor_lite.runtime.autotune`) on these inputs and copies of them, taken in
-    turn so that every timed call reads from HBM (the copies, up to 3 L2 sizes, live
-    only while tuning); the default on CPU.
+    fastest of `candidates`, timed the first time a (shape, dtype) is seen with this
+    module's source (`inductor_lite.runtime.autotune`) on these inputs and copies of
+    them, taken in turn so that timed calls read from HBM (`timing.rotation_sets`: up
+    to 3 L2 sizes of copies, alive only while tuning); the default on CPU.
 
     Raises:
         KeyError: ``op`` is not in `LAUNCHERS`.
@@ -848,5 +851,12 @@ def choose_config(op: str, *inputs):
         launcher(*sets[state["calls"] % len(sets)], out=state["out"], config=config)
         state["calls"] += 1
 
-    key = (tuple(x.shape), str(x.dtype))
+    key = (tuple(x.shape), str(x.dtype), _source_hash())
     return autotune(op, key, candidates(op, x), run, x.device)
+
+
+@functools.lru_cache(maxsize=None)
+def _source_hash() -> str:
+    """sha256 of this module: a tuning decision is stale once a kernel changes."""
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]

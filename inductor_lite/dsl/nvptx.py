@@ -506,10 +506,9 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         return self.b.sext(x, t) if x.type.width < t.width else self.b.trunc(x, t)
 
 
-def lower(fn: ir.Function, *, num_warps: int, data_layout: str = "", cc: tuple[int, int] = (7, 5)) -> LoweredKernel:
+def lower(fn: ir.Function, *, num_warps: int, cc: tuple[int, int], data_layout: str = "") -> LoweredKernel:
     """Lower ``fn`` to an ``llvmlite.ir`` module for ``num_warps`` warps per program on
-    compute capability ``cc`` (the oldest supported, sm_75, by default: code for it
-    runs on every newer GPU).
+    compute capability ``cc``.
 
     Raises:
         LoweringError: an op, type or shape this backend does not support (the message

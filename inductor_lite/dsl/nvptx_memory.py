@@ -8,12 +8,13 @@ for fp32, eight fp16/bf16 as four 32-bit words, two fp64 as ``v2.b64``).
 Unmasked accesses are plain LLVM vector loads/stores (the optimiser sees them),
 except loads of elements narrower than 32 bits in groups: those are PTX words split
 by shifts, because LLVM would otherwise narrow them to 16-bit loads, vectorize those
-again, and unpack each bf16 with two instructions instead of one. Masked accesses,
-and loads with an eviction policy (``ld.global.L1::evict_first.L2::cache_hint``),
-are predicated PTX, as Triton does: the ``other`` value is moved into
-the destination registers first, then ``@p ld.global...`` overwrites them where the
+again, and unpack each bf16 with two instructions instead of one. Masked accesses
+are predicated PTX, as Triton does: the ``other`` value is moved into the
+destination registers first, then ``@p ld.global...`` overwrites them where the
 mask holds. Stores from threads that only hold copies of elements (replicated
-layouts) are masked off, so each element is written once.
+layouts) are masked off, so each element is written once. Loads with an eviction
+policy are PTX too (``ld.global.L1::evict_first.L2::cache_hint`` with a
+``createpolicy`` operand on sm_80+), predicated when masked.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ The method: a candidate's time is the median per-call time of calls queued back 
 back (`timing.Timer`: CUDA events between calls, the host's queueing hidden behind a
 ``torch.cuda._sleep``), the same method as the kernel benchmark. ``run`` should take
 its inputs in turn from `timing.rotation_sets` (`bench.dsl_kernels.choose_config`
-does), so that every call reads from HBM while the previous call's outputs are still
-being written back, as in a model. Single calls after an L2 flush were tried on an
+does), so that calls read their inputs from HBM while the previous call's outputs
+are still being written back, as in a model (inputs of under about 1 MB stay in the
+L2 however many copies are taken). Single calls after an L2 flush were tried on an
 H200 and misranked configs: over ten shapes, the configs picked after a read flush ran
 7.4 percentage points of copy bandwidth (summed) below the best in the benchmark's
 loop, after a write flush 2.9; a read flush leaves the kernel's own writes in L2,
@@ -17,7 +18,7 @@ candidate is the default, used without timing when tuning is off
 (``INDUCTOR_LITE_AUTOTUNE=0``), on a non-CUDA device, or when it is the only one.
 
 Decisions are stored under ``<cache_dir>/autotune/<sha256>.json``, named by a hash of
-the tuning key, the candidate list, the device name and the toolchain
+the timing method, the tuning key, the candidate list, the device name and the toolchain
 (`toolchain_versions`, which covers the DSL compiler's own source), so a second process
 skips the timing. As in `cache`, entries are written atomically and a file that cannot
 be read or does not name one of the candidates is ignored.
@@ -50,10 +51,11 @@ for a stable median, from `MIN_CALLS` to `MAX_CALLS`."""
 MIN_CALLS = 10
 MAX_CALLS = 100
 
-TIMING_METHOD = "median of back-to-back calls (timing.Timer)"
+TIMING_METHOD = f"median of back-to-back calls (timing.Timer), {MIN_CALLS}-{MAX_CALLS} calls"
 """Part of the disk key: decisions timed another way are not reused."""
 
 _decisions: dict[tuple, int] = {}
+_timers: dict[torch.device, Timer] = {}
 
 
 def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C], None],
@@ -127,9 +129,13 @@ def _time(fn: Callable[[], None], device: torch.device) -> float:
     module docstring)."""
     with torch.cuda.device(device):
         fn()  # compile and load outside the timing
-        (probe,) = Timer(device, warmup=1, repeat=MIN_CALLS).median_seconds([[fn]])
-        calls = max(MIN_CALLS, min(MAX_CALLS, int(TIME_BUDGET_S / max(probe, 1e-7))))
-        (seconds,) = Timer(device, warmup=0, repeat=calls).median_seconds([[fn]])
+        timer = _timers.get(device)
+        if timer is None:  # one per device: it measures the clock once
+            timer = _timers[device] = Timer(device, warmup=1, repeat=MIN_CALLS)
+        timer.repeat = MIN_CALLS
+        (probe,) = timer.median_seconds([[fn]])
+        timer.repeat = max(MIN_CALLS, min(MAX_CALLS, int(TIME_BUDGET_S / max(probe, 1e-7))))
+        (seconds,) = timer.median_seconds([[fn]])
         return seconds
 
 
