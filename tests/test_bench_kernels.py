@@ -447,40 +447,35 @@ def test_kernels_on_gpu(name, dtype):
         _assert_matches(out, want, dtype)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
-@pytest.mark.parametrize("name", K.STREAMED_OPS)
-def test_streamed_candidates_on_gpu(name, dtype):
-    """Every streamed config the autotuner may pick matches torch, with more rows than
-    programs (so each program strides over several) and with masked columns."""
-    masked_cols = 20000 if dtype == torch.bfloat16 else 12000  # fp32 streams rows of up to 16384
-    for rows, cols in [(600, 8192), (300, 16384), (5, masked_cols)]:
+def _check_candidates_on_gpu(name, dtype, shapes, kind):
+    """Every candidate config with attribute ``kind`` set matches torch on ``shapes``."""
+    for rows, cols in shapes:
         inputs = _inputs(name, rows, cols, dtype, seed=cols, device="cuda")
         want = _reference(name, inputs)
-        streamed = [c for c in K.candidates(name, inputs[0]) if c.programs_per_sm]
-        assert streamed
-        for config in streamed:
+        configs = [c for c in K.candidates(name, inputs[0]) if getattr(c, kind)]
+        assert configs
+        for config in configs:
             out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
             bench.BENCHES[name].ours(*inputs, out=out, config=config)
             torch.cuda.synchronize()
             _assert_matches(out, want, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", K.STREAMED_OPS)
+def test_streamed_candidates_on_gpu(name, dtype):
+    """With more rows than programs (each program strides over several) and with
+    masked columns (fp32 streams rows of up to 16384)."""
+    masked_cols = 20000 if dtype == torch.bfloat16 else 12000
+    _check_candidates_on_gpu(name, dtype, [(600, 8192), (300, 16384), (5, masked_cols)], "programs_per_sm")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", K.REREAD_OPS)
 def test_reread_candidates_on_gpu(name, dtype):
-    """Every re-reading config the autotuner may pick matches torch, full and masked."""
-    for rows, cols in [(300, 8192), (40, 16384), (5, 20000)]:
-        inputs = _inputs(name, rows, cols, dtype, seed=cols + 1, device="cuda")
-        want = _reference(name, inputs)
-        reread = [c for c in K.candidates(name, inputs[0]) if c.reread]
-        assert reread
-        for config in reread:
-            out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
-            bench.BENCHES[name].ours(*inputs, out=out, config=config)
-            torch.cuda.synchronize()
-            _assert_matches(out, want, dtype)
+    _check_candidates_on_gpu(name, dtype, [(300, 8192), (40, 16384), (5, 20000)], "reread")
 
 
 @pytest.mark.gpu
