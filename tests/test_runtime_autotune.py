@@ -1,7 +1,7 @@
 """The runtime's block-size autotuner: choice, memory and disk caching, failures.
 
-CPU tests stand in a fake timer for CUDA events (``autotune._time``) and a fake device
-name; the GPU test tunes a real DSL kernel.
+CPU tests stand in a fake timer for CUDA events (``autotune._time``, which also makes
+the untimed first calls) and a fake device name; the GPU test tunes a real DSL kernel.
 """
 
 import json
@@ -24,10 +24,17 @@ def fake_cuda(monkeypatch, tmp_path):
     timed = []
     seconds = {"a": 3e-6, "b": 1e-6, "c": 2e-6}
 
-    def fake_time(fn, device):
-        fn()
-        timed.append(fake_time.last)
-        return seconds[fake_time.last]
+    def fake_time(fns, device):
+        out = []
+        for fn in fns:
+            try:
+                fn()
+            except RuntimeError as error:
+                out.append(error)
+                continue
+            timed.append(fake_time.last)
+            out.append(seconds[fake_time.last])
+        return out
 
     monkeypatch.setattr(autotune, "_time", fake_time)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "fake GPU")

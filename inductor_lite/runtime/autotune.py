@@ -3,7 +3,8 @@ the fastest, remember it in memory and on disk.
 
 The method: a candidate's time is the median per-call time of calls queued back to
 back (`timing.Timer`: CUDA events between calls, the host's queueing hidden behind a
-``torch.cuda._sleep``), the same method as the kernel benchmark. ``run`` should take
+``torch.cuda._sleep``), the candidates taking turns batch by batch, the same method
+as the kernel benchmark. ``run`` should take
 its inputs in turn from `timing.rotation_sets` (`bench.dsl_kernels.choose_config`
 does), so that calls read their inputs from HBM while the previous call's outputs
 are still being written back, as in a model (inputs of under about 1 MB stay in the
@@ -29,9 +30,11 @@ be read or does not name one of the candidates is ignored.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import statistics
 import tempfile
 from typing import Callable, Hashable, Sequence, TypeVar
 
@@ -46,12 +49,12 @@ from .timing import Timer
 C = TypeVar("C")
 
 TIME_BUDGET_S = 0.02
-"""Device time spent timing one candidate (after a first, untimed call): enough calls
-for a stable median, from `MIN_CALLS` to `MAX_CALLS`."""
+"""Device time spent timing a typical candidate (after a first, untimed call): enough
+calls for a stable median, from `MIN_CALLS` to `MAX_CALLS`."""
 MIN_CALLS = 10
 MAX_CALLS = 100
 
-TIMING_METHOD = f"median of back-to-back calls (timing.Timer), {MIN_CALLS}-{MAX_CALLS} calls"
+TIMING_METHOD = f"median of back-to-back calls (timing.Timer), candidates interleaved, {MIN_CALLS}-{MAX_CALLS} calls"
 """Part of the disk key: decisions timed another way are not reused."""
 
 _decisions: dict[tuple, int] = {}
@@ -106,13 +109,9 @@ def clear_memory() -> None:
 
 def _tune(name: str, key: Hashable, candidates: Sequence[C], labels: list[str], run: Callable[[C], None],
           device: torch.device) -> int:
-    times: dict[int, float] = {}
-    errors: dict[int, BaseException] = {}
-    for i, candidate in enumerate(candidates):
-        try:
-            times[i] = _time(lambda: run(candidate), device)
-        except Exception as error:  # noqa: BLE001 - a config that does not build is not a candidate
-            errors[i] = error
+    outcomes = _time([functools.partial(run, c) for c in candidates], device)
+    times = {i: t for i, t in enumerate(outcomes) if not isinstance(t, BaseException)}
+    errors = {i: e for i, e in enumerate(outcomes) if isinstance(e, BaseException)}
     if not times:
         raise errors[0]
     best = min(times, key=times.get)
@@ -124,19 +123,30 @@ def _tune(name: str, key: Hashable, candidates: Sequence[C], labels: list[str], 
     return best
 
 
-def _time(fn: Callable[[], None], device: torch.device) -> float:
-    """Median seconds per call of ``fn`` on ``device``, called back to back (see the
-    module docstring)."""
+def _time(fns: Sequence[Callable[[], None]], device: torch.device) -> list[float | BaseException]:
+    """Median seconds per call of each of ``fns`` on ``device`` (see the module
+    docstring): one untimed call each builds and loads the kernel (a function that
+    raises there gets its exception instead of a time), then calls back to back, the
+    functions taking turns batch by batch so that clock changes hit all alike."""
     with torch.cuda.device(device):
-        fn()  # compile and load outside the timing
-        timer = _timers.get(device)
-        if timer is None:  # one per device: it measures the clock once
-            timer = _timers[device] = Timer(device, warmup=1, repeat=MIN_CALLS)
-        timer.repeat = MIN_CALLS
-        (probe,) = timer.median_seconds([[fn]])
-        timer.repeat = max(MIN_CALLS, min(MAX_CALLS, int(TIME_BUDGET_S / max(probe, 1e-7))))
-        (seconds,) = timer.median_seconds([[fn]])
-        return seconds
+        outcomes: list[float | BaseException | None] = []
+        for fn in fns:
+            try:
+                fn()
+                outcomes.append(None)
+            except Exception as error:  # noqa: BLE001 - a config that does not build is not a candidate
+                outcomes.append(error)
+        ready = [[fn] for fn, o in zip(fns, outcomes) if o is None]
+        if ready:
+            timer = _timers.get(device)
+            if timer is None:  # one per device: it measures the clock once
+                timer = _timers[device] = Timer(device, warmup=1, repeat=MIN_CALLS)
+            timer.repeat = MIN_CALLS
+            probe = statistics.median(timer.median_seconds(ready))
+            timer.repeat = max(MIN_CALLS, min(MAX_CALLS, int(TIME_BUDGET_S / max(probe, 1e-7))))
+            seconds = iter(timer.median_seconds(ready))
+            outcomes = [next(seconds) if o is None else o for o in outcomes]
+        return outcomes
 
 
 def _decision_path(name: str, key: Hashable, labels: list[str], device_name: str) -> str:
