@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -817,14 +818,20 @@ LAUNCHERS = {"add": add, "bias_gelu": bias_gelu, "softmax": softmax, "layer_norm
              "rms_norm": rms_norm, "row_sum": row_sum, "row_argmax": row_argmax}
 
 
-def candidates(op: str, x: torch.Tensor) -> list:
+def candidates(op: str, x: torch.Tensor) -> tuple:
     """The configs the autotuner times for launcher ``op`` on input ``x`` (the default,
     `pointwise_config`, `tile_config` or `row_config`, first)."""
+    return _candidates(op, tuple(x.shape), x.element_size())
+
+
+@functools.lru_cache(maxsize=None)
+def _candidates(op: str, shape: tuple[int, ...], element_size: int) -> tuple:
+    # Cached: every launch without a config asks for them (choose_config).
     if op == "add":
-        return pointwise_candidates(x.numel(), x.element_size())
+        return tuple(pointwise_candidates(math.prod(shape), element_size))
     if op == "bias_gelu":
-        return tile_candidates(x.shape[0], x.shape[1], x.element_size())
-    return row_candidates(x.shape[-1], x.element_size(), streamed=op in STREAMED_OPS, reread=op in REREAD_OPS)
+        return tuple(tile_candidates(shape[0], shape[1], element_size))
+    return tuple(row_candidates(shape[-1], element_size, streamed=op in STREAMED_OPS, reread=op in REREAD_OPS))
 
 
 def choose_config(op: str, *inputs):
