@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import os
 import re
 import subprocess
@@ -140,10 +141,29 @@ def test_pointwise_configs_cover_partial_blocks():
         _assert_matches(got, F.gelu(x + bias), torch.float32)
 
 
-ARGMAX_DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.gpu)]
+DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-@pytest.mark.parametrize("device", ARGMAX_DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_bias_gelu_is_accurate_in_the_tails(device):
+    """GELU through erfc, against fp64: within 4e-6 relative on [-6, 16], also for h < 0
+    where eager's ``1 + erf`` cancels (its error there reaches 1e-2 by h = -4); within
+    2e-5 down to -16 (the exponent's own rounding), subnormal results aside (they may
+    flush to 0 on the GPU: ftz). +inf -> inf; -inf, NaN -> NaN, as eager on CUDA."""
+    gen = torch.Generator().manual_seed(5)
+    bias = torch.randn(1024, generator=gen)
+    x = torch.linspace(-16, 16, 8 * 1024).reshape(8, 1024) - bias
+    x[0, :4] = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0]) - bias[:4]
+    h = (x + bias).double()  # fp32 add, as in the kernel
+    want = h * 0.5 * torch.special.erfc(-h / math.sqrt(2))
+    want[0, :4] = torch.tensor([float("inf"), float("nan"), float("nan"), 0.0], dtype=torch.float64)
+    got = K.bias_gelu(x.to(device), bias.to(device)).cpu().double()
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=1e-37, equal_nan=True)
+    central = (h >= -6) & h.isfinite()
+    torch.testing.assert_close(got[central], want[central], rtol=4e-6, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("config", [None, K.RowConfig(1, 128, 2, True, reread=True), K.RowConfig(1, 32, 1, False)],
                          ids=["persistent", "reread", "looped"])

@@ -341,6 +341,36 @@ def test_eviction_policy_becomes_cache_hints():
     assert "evict" not in plain and "cache_hint" not in plain
 
 
+def _exp2_fma(x_ptr, y_ptr, out_ptr, BLOCK: dl.constexpr):
+    i = dl.arange(0, BLOCK)
+    y = dl.load(y_ptr + i)
+    dl.store(out_ptr + i, dl.exp2(dl.load(x_ptr + i)) * y + y)
+
+
+def _exp2_fma_ptx(kernel) -> str:
+    spec = kernel.specialize_signature({"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"}, {"BLOCK": 128})
+    return compiler.compile_ptx(kernel.build_ir(spec), cc=(9, 0), num_warps=4).ptx
+
+
+def test_ftz_kernels_take_libdevice_flush_to_zero_paths():
+    """@dl.kernel(ftz=True): exp2 is one ex2.approx.ftz; by default subnormal results
+    are kept (ex2.approx without .ftz, behind a range check)."""
+    ftz_kernel = dl.kernel(ftz=True)(_exp2_fma)
+    spec = ftz_kernel.specialize_signature({"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"}, {"BLOCK": 128})
+    assert ") ftz {" in ir.format_function(ftz_kernel.build_ir(spec))
+    fast, exact = _exp2_fma_ptx(ftz_kernel), _exp2_fma_ptx(dl.kernel(_exp2_fma))
+    assert "ex2.approx.ftz.f32" in fast
+    assert "ex2.approx.f32" in exact and ".ftz" not in exact
+    with pytest.raises(TypeError, match="ftz"):
+        dl.kernel(ftz=1)(_exp2_fma)
+
+
+def test_multiply_add_contracts_to_fma():
+    """Float a * b + c carries LLVM's contract flag and becomes one fma.rn."""
+    ptx = _exp2_fma_ptx(dl.kernel(_exp2_fma))
+    assert "fma.rn.f32" in ptx and "mul.rn.f32" not in ptx
+
+
 def test_common_reductions_need_no_layout_conversion():
     # softmax/layernorm over [XBLOCK, RBLOCK]: in-warp shuffles only, no shared memory.
     for name in ("softmax_torch.float32_37x100", "layernorm_torch.float32_37x100", "row_sum_looped",

@@ -70,6 +70,7 @@ def test_key_is_deterministic_hex_and_ignores_toolchain_order():
         dict(toolchain={**TOOLCHAIN, "llvm": "22.1.1"}),
         dict(toolchain={**TOOLCHAIN, "ptxas": "13.1.0"}),
         dict(toolchain={**TOOLCHAIN, "nvjitlink": "13.0"}),
+        dict(ftz=True),
     ],
 )
 def test_key_changes_with_every_input(change):
@@ -463,6 +464,7 @@ class FakeKernel:
     def __init__(self, name="poi_fused_mul_0", source="def poi_fused_mul_0(in_ptr0, out_ptr0, xnumel, scale): ...",
                  debug_dir=None):
         self.name, self.source, self.debug_dir = name, source, debug_dir
+        self.ftz = False
         self.built = []
 
     def specialize(self, args, constexprs):

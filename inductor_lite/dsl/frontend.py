@@ -186,7 +186,7 @@ class _CodeGenerator:
         for stmt in body:
             self.visit(stmt)
         return ir.Function(self.kernel.name, list(self.spec.args), arg_values, self.b.block,
-                           dict(self.spec.constexprs))
+                           dict(self.spec.constexprs), ftz=self.kernel.ftz)
 
     def _loc(self, node: ast.AST) -> ir.SourceLoc:
         k = self.kernel

@@ -279,7 +279,8 @@ class Function:
     ``for`` ops keep their body in ``attrs['body']`` (a `Block`), the induction
     variable in ``attrs['iv']`` and the values that carry state into the body in
     ``attrs['carried']`` (one per init, same types); the body ends with a ``yield``
-    of the next carried values.
+    of the next carried values. ``ftz``: libdevice math may flush subnormal inputs and
+    results to zero (the kernel's ``@dl.kernel(ftz=True)``).
     """
 
     name: str
@@ -287,6 +288,7 @@ class Function:
     arg_values: list[Value]
     body: Block
     constexprs: dict[str, Any] = field(default_factory=dict)
+    ftz: bool = False
 
     def walk(self):
         """Yield every op, loop bodies included, in program order."""
@@ -302,7 +304,8 @@ class Function:
 
 def format_function(fn: Function) -> str:
     """Readable text of the IR, for debug dumps and error messages."""
-    lines = [f"func {fn.name}({', '.join(f'{a.name}: {a.type!r}' for a in fn.args)}) {{"]
+    attrs = " ftz" if fn.ftz else ""
+    lines = [f"func {fn.name}({', '.join(f'{a.name}: {a.type!r}' for a in fn.args)}){attrs} {{"]
 
     def name(v: Optional[Value]) -> str:
         return f"%{v.name or v.id}"

@@ -128,6 +128,11 @@ class Kernel:
         order. constexpr_names: the parameters annotated ``dl.constexpr``.
         runtime_arg_names: the others, in order (what `Specialization.args` describe).
         filename / first_lineno: where the source lives (for error messages).
+        ftz: libdevice math (exp2, rsqrt, erf, ...) may flush subnormal inputs and
+        results to zero, as nvcc's ``-ftz=true`` and Triton's default do: ``exp2`` becomes
+        one ``ex2.approx.ftz`` instead of three instructions that keep subnormal results.
+        Off by default (torch keeps subnormals). Part of the cache key; the interpreter
+        ignores it.
 
     Raises (at decoration):
         ValueError: the source cannot be read (a kernel built with ``exec`` must put its
@@ -136,10 +141,13 @@ class Kernel:
 
     __dl_kernel__ = True
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, ftz: bool = False):
         if not inspect.isfunction(fn):
             raise TypeError(f"@dl.kernel expects a function, got {fn!r}")
+        if not isinstance(ftz, bool):
+            raise TypeError(f"@dl.kernel(ftz=...) takes a bool, got {ftz!r}")
         self.fn = fn
+        self.ftz = ftz
         self.name = fn.__name__
         try:
             source = inspect.getsource(fn)
@@ -437,6 +445,13 @@ class _Launcher:
         return k.run(self.grid, runtime, constexprs, num_warps)
 
 
-def kernel(fn: Callable) -> Kernel:
-    """Decorator making ``fn`` a DSL kernel (see `Kernel`)."""
-    return Kernel(fn)
+def kernel(fn: Optional[Callable] = None, *, ftz: bool = False) -> Union[Kernel, Callable[[Callable], Kernel]]:
+    """Decorator making ``fn`` a DSL kernel (see `Kernel`): ``@dl.kernel``, or
+    ``@dl.kernel(ftz=True)`` for flush-to-zero libdevice math.
+
+    Raises:
+        TypeError: ``fn`` is not a function, or ``ftz`` is not a bool.
+    """
+    if fn is None:
+        return lambda f: Kernel(f, ftz=ftz)
+    return Kernel(fn, ftz=ftz)

@@ -114,9 +114,10 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         self.module.add_named_metadata("nvvm.annotations", [self.kernel, "kernel", i32])
         self.module.add_named_metadata(
             "nvvm.annotations", [self.kernel, "maxntidx", llir.Constant(I32, WARP_SIZE * self.num_warps)])
-        # libdevice asks NVVMReflect "__CUDA_FTZ": 0 keeps denormals, as torch does.
+        # libdevice asks NVVMReflect "__CUDA_FTZ": 0 keeps subnormals, as torch does; 1
+        # (`ir.Function.ftz`) takes its flush-to-zero paths, e.g. exp2 as one ex2.approx.ftz.
         self.module.add_named_metadata("llvm.module.flags", [llir.Constant(I32, 4), "nvvm-reflect-ftz",
-                                                             llir.Constant(I32, 0)])
+                                                             llir.Constant(I32, int(self.fn.ftz))])
         return LoweredKernel(self.module, self.shared_bytes, self.param_types)
 
     def shared_base(self) -> llir.GlobalVariable:

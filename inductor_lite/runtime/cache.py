@@ -1,8 +1,8 @@
 """Content-addressed on-disk cache of compiled kernel binaries.
 
 An entry is named by `cache_key`: a sha256 over everything that decides the binary
-(DSL source, specialisation, num_warps, target compute capability, every toolchain
-version). Since the name says what the content must be, entries are never updated, only
+(DSL source, specialisation, num_warps, flush-to-zero, target compute capability,
+every toolchain version). Since the name says what the content must be, entries are never updated, only
 written once; concurrent writers of one key write the same bytes, so no lock is needed.
 
 File format (``<directory>/<key>.ilbin``)::
@@ -70,7 +70,8 @@ class CompiledBinary:
             raise ValueError(f"kernel {self.name!r}: unknown param types {bad}; expected each of {PARAM_TYPES}")
 
 
-def cache_key(source: str, spec_key: str, num_warps: int, cc: tuple[int, int], toolchain: Mapping[str, str]) -> str:
+def cache_key(source: str, spec_key: str, num_warps: int, cc: tuple[int, int], toolchain: Mapping[str, str],
+              ftz: bool = False) -> str:
     """The cache key (64 hex digits) of one compilation.
 
     Args:
@@ -79,11 +80,13 @@ def cache_key(source: str, spec_key: str, num_warps: int, cc: tuple[int, int], t
         num_warps: warps per block.
         cc: target compute capability (major, minor).
         toolchain: every tool's version (LLVM, llvmlite, libdevice, ptxas/nvJitLink, ...).
+        ftz: the kernel's flush-to-zero option (``Kernel.ftz``).
 
     The parts are JSON-encoded as one list before hashing, so no two different inputs
     concatenate to the same bytes.
     """
-    parts = [FORMAT_VERSION, source, spec_key, int(num_warps), [int(c) for c in cc], sorted(toolchain.items())]
+    parts = [FORMAT_VERSION, source, spec_key, int(num_warps), [int(c) for c in cc], sorted(toolchain.items()),
+             bool(ftz)]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
