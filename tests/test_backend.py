@@ -148,7 +148,11 @@ def test_dtypes(dtype, poison_empty):
     make = (lambda *s: torch.randint(-9, 9, s).to(dtype)) if not dtype.is_floating_point else \
         (lambda *s: torch.randn(*s).to(dtype))
     args = make(6, 10), make(10), torch.randn(6, 10)
-    assert_same(torch.compile(fn, backend="inductor_lite")(*args), fn(*args))
+    got, want = torch.compile(fn, backend="inductor_lite")(*args), fn(*args)
+    assert_same((got[0], got[2]), (want[0], want[2]))
+    # The fp32 output is computed from z: one rounding of z (an ulp of `dtype`) may differ.
+    assert got[1].dtype == want[1].dtype == torch.float32
+    torch.testing.assert_close(got[1], want[1], rtol=tol(dtype), atol=tol(dtype))
 
 
 def test_externs_are_counted(poison_empty):

@@ -7,7 +7,7 @@ and returning a new tensor, as the matching torch function does:
 launcher            computes (fp32 accumulation for half inputs)         torch equivalent
 ==================  ===================================================  ====================
 `add`               ``a + b``, any shape, flat 1-D kernel                 ``a + b``
-`bias_gelu`         ``gelu(x + bias)``, erf form, 2-D tiles                ``F.gelu(x + bias)``
+`bias_gelu`         ``gelu(x + bias)``, erf form (via erfc), 2-D tiles     ``F.gelu(x + bias)``
 `softmax`           softmax over the last dim                              ``torch.softmax(x, -1)``
 `layer_norm`        LayerNorm over the last dim (two-pass mean/variance)   ``F.layer_norm``
 `rms_norm`          ``x * rsqrt(mean(x**2) + eps) * w``                     ``F.rms_norm``
@@ -171,7 +171,7 @@ def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]
     """What the autotuner times for `bias_gelu` (the default first): 4 or 8 warps, up to
     1024 columns, 32 to 128 bytes per thread, programs in either order. (On an H200,
     column blocks first was 3-7% faster in fp32, and rows first 8% faster in bf16,
-    where erf's arithmetic, not memory, is the limit.)"""
+    where GELU's arithmetic, not memory, is the limit.)"""
     default = tile_config(rows, cols, element_size)
     xblock = min(1024, next_power_of_2(cols))
     options = []
