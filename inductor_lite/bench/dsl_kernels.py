@@ -68,6 +68,12 @@ _LOG2E = 1.4426950408889634
 _ERFCC_P = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
             1.48851587, -0.82215223, 0.17087277)
 _GELU_P = (_ERFCC_P[0] * _LOG2E - 1.0,) + tuple(c * _LOG2E for c in _ERFCC_P[1:])
+# For 16-bit outputs, P of degree 5: our Chebyshev least-squares fit of
+# log(erfc(z) / t) + z**2 over t in (0, 1] (20000 Chebyshev nodes), relative error
+# under 6.4e-5 in Phi: a fortieth of a bf16 ulp, a seventh of an fp16 ulp.
+_ERFCC_P5 = (-1.2655720990986856, 1.0046535588330057, 0.3165734411420612, 0.3472201726046236,
+             -0.5907187613452302, 0.18782182290060911)
+_GELU_P5 = (_ERFCC_P5[0] * _LOG2E - 1.0,) + tuple(c * _LOG2E for c in _ERFCC_P5[1:])
 
 
 # ----------------------------------------------------------------------------- configs
@@ -286,7 +292,8 @@ def add_kernel(a_ptr, b_ptr, out_ptr, n, XBLOCK: dl.constexpr, NO_MASK: dl.const
 
 @dl.kernel(ftz=True)
 def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_blocks, YBLOCK: dl.constexpr,
-                     XBLOCK: dl.constexpr, ROWS_FASTEST: dl.constexpr, NO_MASK: dl.constexpr):
+                     XBLOCK: dl.constexpr, ROWS_FASTEST: dl.constexpr, NO_MASK: dl.constexpr,
+                     HALF: dl.constexpr):
     """out = gelu(x + bias) (erf form), x and out (rows, cols), bias (cols,); grid
     (row_blocks * col_blocks,), ``row_blocks = cdiv(rows, YBLOCK)``, ``col_blocks =
     cdiv(cols, XBLOCK)``.
@@ -294,6 +301,7 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
     Phi comes from erfc (see `_GELU_P`), not from ``1 + erf``: about 22 instructions an
     element where libdevice's erf alone takes 21 (it selects between two polynomials
     per element), and accurate to a few fp32 ulp where ``1 + erf`` cancels for h < 0.
+    ``HALF`` (16-bit output): a degree-5 polynomial, 4 fewer fmas (`_GELU_P5`).
     ``ftz`` is safe here: rsqrt's argument is at least 1, and exp2 flushes only below
     2**-126, where eager's ``1 + erf`` is already 0.
     """
@@ -314,9 +322,14 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
     # t = 1 / (1 + |h| / (2 sqrt 2)) as rsqrt(.)**2: two instructions, where a division is ~8.
     t = dl.rsqrt(dl.abs(h) * (0.5 * _SQRT1_2) + 1.0)
     t = t * t
-    p = t * _GELU_P[9] + _GELU_P[8]
-    for i in dl.static_range(7, -1, -1):
-        p = p * t + _GELU_P[i]
+    if HALF:
+        p = t * _GELU_P5[5] + _GELU_P5[4]
+        for i in dl.static_range(3, -1, -1):
+            p = p * t + _GELU_P5[i]
+    else:
+        p = t * _GELU_P[9] + _GELU_P[8]
+        for i in dl.static_range(7, -1, -1):
+            p = p * t + _GELU_P[i]
     tail = t * dl.exp2(h * h * (-0.5 * _LOG2E) + p)  # Phi(-|h|)
     dl.store(out_ptr + offs, h * dl.where(h < 0.0, tail, 1.0 - tail), mask=mask)
 
@@ -738,7 +751,7 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] =
         bias_gelu_kernel[(row_blocks * col_blocks,)](x, bias, out, rows, cols, row_blocks, col_blocks,
                                                      YBLOCK=config.YBLOCK, XBLOCK=config.XBLOCK,
                                                      ROWS_FASTEST=config.rows_fastest, NO_MASK=no_mask,
-                                                     num_warps=config.num_warps)
+                                                     HALF=x.element_size() == 2, num_warps=config.num_warps)
     return out
 
 
