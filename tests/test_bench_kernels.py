@@ -137,8 +137,9 @@ def test_pointwise_configs_cover_partial_blocks():
     _assert_matches(K.add(a, b, config=K.PointwiseConfig(256, 2)), a + b, torch.float32)
     x, bias = _randn(9, 70), _randn(70)
     for rows_fastest in (False, True):  # 3 x 3 tiles, partial in both dims, in either order
-        got = K.bias_gelu(x, bias, config=K.TileConfig(4, 32, 2, rows_fastest))
-        _assert_matches(got, F.gelu(x + bias), torch.float32)
+        for per_sm in (0, 1, 2):  # one tile a program, or 1 or 2 programs striding over them
+            got = K.bias_gelu(x, bias, config=K.TileConfig(4, 32, 2, rows_fastest, per_sm))
+            _assert_matches(got, F.gelu(x + bias), torch.float32)
 
 
 DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -508,6 +509,12 @@ def test_streamed_candidates_on_gpu(name, dtype):
     masked columns (fp32 streams rows of up to 16384)."""
     masked_cols = 20000 if dtype == torch.bfloat16 else 12000
     _check_candidates_on_gpu(name, dtype, [(600, 8192), (300, 16384), (5, masked_cols)], "programs_per_sm")
+
+
+@pytest.mark.gpu
+def test_streamed_bias_gelu_candidates_on_gpu():
+    """bf16 streamed tiles: programs striding over many tiles, and partial tiles."""
+    _check_candidates_on_gpu("bias_gelu", torch.bfloat16, [(5000, 1024), (300, 3000), (3, 70)], "programs_per_sm")
 
 
 @pytest.mark.gpu

@@ -93,17 +93,22 @@ class PointwiseConfig:
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
     """2-D pointwise launch over ``[YBLOCK rows, XBLOCK columns]`` tiles, one tile per
-    program of a 1-D grid. ``rows_fastest``: consecutive programs take consecutive row
-    blocks (else consecutive column blocks, which walks memory in order)."""
+    program of a 1-D grid. ``rows_fastest``: consecutive tiles are consecutive row
+    blocks (else consecutive column blocks, which walks memory in order).
+    ``programs_per_sm > 0``: a *streamed* launch, a grid of ``programs_per_sm``
+    programs per SM striding over the tiles, each loading its next tile before
+    computing the current one."""
 
     YBLOCK: int
     XBLOCK: int
     num_warps: int
     rows_fastest: bool = False
+    programs_per_sm: int = 0
 
     def __str__(self) -> str:
         order = " rows-first" if self.rows_fastest else ""
-        return f"{self.YBLOCK}x{self.XBLOCK} w{self.num_warps}{order}"
+        stream = f" {self.programs_per_sm}/SM" if self.programs_per_sm else ""
+        return f"{'stream ' if stream else ''}{self.YBLOCK}x{self.XBLOCK} w{self.num_warps}{order}{stream}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,9 +180,10 @@ def tile_config(rows: int, cols: int, element_size: int) -> TileConfig:
 
 def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]:
     """What the autotuner times for `bias_gelu` (the default first): 4 or 8 warps, up to
-    1024 columns, 32 to 128 bytes per thread, programs in either order. (On an H200,
-    column blocks first was 3-7% faster in fp32, and rows first 8% faster in bf16,
-    where GELU's arithmetic, not memory, is the limit.)"""
+    1024 columns, 32 to 128 bytes per thread, programs in either order, and for half
+    inputs streamed launches of 2 to 8 programs per SM. (On an H200, column blocks first
+    was 3-7% faster in fp32, and rows first 8% faster in bf16, where GELU's arithmetic,
+    not memory, is the limit; streaming was 1-4% faster in bf16, 5% slower in fp32.)"""
     default = tile_config(rows, cols, element_size)
     xblock = min(1024, next_power_of_2(cols))
     options = []
@@ -186,6 +192,10 @@ def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]
             for bytes_per_thread in (32, 64, 128):
                 yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
                 options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, rows_fastest))
+    if element_size < 4:  # streamed: the next tile's loads overlap GELU's arithmetic
+        for warps, bytes_per_thread, per_sm in ((4, 32, 8), (4, 64, 4), (4, 64, 8), (4, 128, 2), (8, 64, 2)):
+            yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
+            options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, True, per_sm))
     return _unique([default] + options)
 
 
@@ -293,10 +303,11 @@ def add_kernel(a_ptr, b_ptr, out_ptr, n, XBLOCK: dl.constexpr, NO_MASK: dl.const
 @dl.kernel(ftz=True)
 def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_blocks, YBLOCK: dl.constexpr,
                      XBLOCK: dl.constexpr, ROWS_FASTEST: dl.constexpr, NO_MASK: dl.constexpr,
-                     HALF: dl.constexpr):
-    """out = gelu(x + bias) (erf form), x and out (rows, cols), bias (cols,); grid
-    (row_blocks * col_blocks,), ``row_blocks = cdiv(rows, YBLOCK)``, ``col_blocks =
-    cdiv(cols, XBLOCK)``.
+                     HALF: dl.constexpr, STREAMED: dl.constexpr):
+    """out = gelu(x + bias) (erf form), x and out (rows, cols), bias (cols,), over
+    ``row_blocks * col_blocks`` tiles (``row_blocks = cdiv(rows, YBLOCK)``, ``col_blocks
+    = cdiv(cols, XBLOCK)``); grid (P,): one tile a program (P = the tiles), or
+    ``STREAMED``, programs striding over the tiles, loading the next while computing.
 
     Phi comes from erfc (see `_GELU_P`), not from ``1 + erf``: about 22 instructions an
     element where libdevice's erf alone takes 21 (it selects between two polynomials
@@ -307,31 +318,45 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
     """
     # 2-D tiles: the bias slice is loaded once per tile, and no per-element `% cols`.
     # A 1-D grid: any number of row blocks (a grid's y dim stops at 65535).
-    pid = dl.program_id(0)
+    r = dl.arange(0, YBLOCK)[:, None]
+    c = dl.arange(0, XBLOCK)[None, :]
+    tiles, step = row_blocks * col_blocks, dl.num_programs(0)
+    first = dl.program_id(0)
     if ROWS_FASTEST:
-        row_block, col_block = pid % row_blocks, pid // row_blocks
+        rb, cb = first % row_blocks, first // row_blocks
     else:
-        row_block, col_block = pid // col_blocks, pid % col_blocks
-    row = row_block * YBLOCK + dl.arange(0, YBLOCK)[:, None]
-    col = col_block * XBLOCK + dl.arange(0, XBLOCK)[None, :]
-    cmask = None if NO_MASK else col < cols
-    mask = None if NO_MASK else (row < rows) & cmask
-    offs = row * cols + col
-    bias = dl.load(bias_ptr + col, mask=cmask).to(dl.float32)
-    h = dl.load(x_ptr + offs, mask=mask).to(dl.float32) + bias
-    # t = 1 / (1 + |h| / (2 sqrt 2)) as rsqrt(.)**2: two instructions, where a division is ~8.
-    t = dl.rsqrt(dl.abs(h) * (0.5 * _SQRT1_2) + 1.0)
-    t = t * t
-    if HALF:
-        p = t * _GELU_P5[5] + _GELU_P5[4]
-        for i in dl.static_range(3, -1, -1):
-            p = p * t + _GELU_P5[i]
-    else:
-        p = t * _GELU_P[9] + _GELU_P[8]
-        for i in dl.static_range(7, -1, -1):
-            p = p * t + _GELU_P[i]
-    tail = t * dl.exp2(h * h * (-0.5 * _LOG2E) + p)  # Phi(-|h|)
-    dl.store(out_ptr + offs, h * dl.where(h < 0.0, tail, 1.0 - tail), mask=mask)
+        rb, cb = first // col_blocks, first % col_blocks
+    x = dl.load(x_ptr + (rb * YBLOCK + r) * cols + cb * XBLOCK + c,
+                mask=None if NO_MASK else (rb * YBLOCK + r < rows) & (cb * XBLOCK + c < cols))
+    for tile in range(first, tiles, step):
+        row, col = rb * YBLOCK + r, cb * XBLOCK + c
+        cmask = None if NO_MASK else col < cols
+        mask = None if NO_MASK else (row < rows) & cmask
+        offs = row * cols + col
+        if STREAMED:  # the next tile (the last one again at the end), loaded before this one's math
+            nxt = dl.minimum(tile + step, tiles - 1)
+            if ROWS_FASTEST:
+                rb, cb = nxt % row_blocks, nxt // row_blocks
+            else:
+                rb, cb = nxt // col_blocks, nxt % col_blocks
+            x_next = dl.load(x_ptr + (rb * YBLOCK + r) * cols + cb * XBLOCK + c,
+                             mask=None if NO_MASK else (rb * YBLOCK + r < rows) & (cb * XBLOCK + c < cols))
+        h = x.to(dl.float32) + dl.load(bias_ptr + col, mask=cmask).to(dl.float32)
+        # t = 1 / (1 + |h| / (2 sqrt 2)) as rsqrt(.)**2: two instructions, where a division is ~8.
+        t = dl.rsqrt(dl.abs(h) * (0.5 * _SQRT1_2) + 1.0)
+        t = t * t
+        if HALF:
+            p = t * _GELU_P5[5] + _GELU_P5[4]
+            for i in dl.static_range(3, -1, -1):
+                p = p * t + _GELU_P5[i]
+        else:
+            p = t * _GELU_P[9] + _GELU_P[8]
+            for i in dl.static_range(7, -1, -1):
+                p = p * t + _GELU_P[i]
+        tail = t * dl.exp2(h * h * (-0.5 * _LOG2E) + p)  # Phi(-|h|)
+        dl.store(out_ptr + offs, h * dl.where(h < 0.0, tail, 1.0 - tail), mask=mask)
+        if STREAMED:
+            x = x_next
 
 
 # ----------------------------------------------------------------------------- persistent row kernels
@@ -748,10 +773,13 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] =
     if rows and cols:
         row_blocks, col_blocks = dl.cdiv(rows, config.YBLOCK), dl.cdiv(cols, config.XBLOCK)
         no_mask = rows % config.YBLOCK == 0 and cols % config.XBLOCK == 0
-        bias_gelu_kernel[(row_blocks * col_blocks,)](x, bias, out, rows, cols, row_blocks, col_blocks,
-                                                     YBLOCK=config.YBLOCK, XBLOCK=config.XBLOCK,
-                                                     ROWS_FASTEST=config.rows_fastest, NO_MASK=no_mask,
-                                                     HALF=x.element_size() == 2, num_warps=config.num_warps)
+        programs = row_blocks * col_blocks
+        if config.programs_per_sm:
+            programs = min(programs, config.programs_per_sm * _sm_count(x.device))
+        bias_gelu_kernel[(programs,)](x, bias, out, rows, cols, row_blocks, col_blocks, YBLOCK=config.YBLOCK,
+                                      XBLOCK=config.XBLOCK, ROWS_FASTEST=config.rows_fastest, NO_MASK=no_mask,
+                                      HALF=x.element_size() == 2, STREAMED=config.programs_per_sm > 0,
+                                      num_warps=config.num_warps)
     return out
 
 
