@@ -321,11 +321,10 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
     r = dl.arange(0, YBLOCK)[:, None]
     c = dl.arange(0, XBLOCK)[None, :]
     tiles, step = row_blocks * col_blocks, dl.num_programs(0)
+    fast_blocks = row_blocks if ROWS_FASTEST else col_blocks
     first = dl.program_id(0)
-    if ROWS_FASTEST:
-        rb, cb = first % row_blocks, first // row_blocks
-    else:
-        rb, cb = first // col_blocks, first % col_blocks
+    slow, fast = first // fast_blocks, first % fast_blocks
+    rb, cb = (fast, slow) if ROWS_FASTEST else (slow, fast)
     x = dl.load(x_ptr + (rb * YBLOCK + r) * cols + cb * XBLOCK + c,
                 mask=None if NO_MASK else (rb * YBLOCK + r < rows) & (cb * XBLOCK + c < cols))
     for tile in range(first, tiles, step):
@@ -335,10 +334,8 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
         offs = row * cols + col
         if STREAMED:  # the next tile (the last one again at the end), loaded before this one's math
             nxt = dl.minimum(tile + step, tiles - 1)
-            if ROWS_FASTEST:
-                rb, cb = nxt % row_blocks, nxt // row_blocks
-            else:
-                rb, cb = nxt // col_blocks, nxt % col_blocks
+            slow, fast = nxt // fast_blocks, nxt % fast_blocks
+            rb, cb = (fast, slow) if ROWS_FASTEST else (slow, fast)
             x_next = dl.load(x_ptr + (rb * YBLOCK + r) * cols + cb * XBLOCK + c,
                              mask=None if NO_MASK else (rb * YBLOCK + r < rows) & (cb * XBLOCK + c < cols))
         h = x.to(dl.float32) + dl.load(bias_ptr + col, mask=cmask).to(dl.float32)
