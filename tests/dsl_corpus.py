@@ -583,10 +583,16 @@ def _row_cases(c: _Builder) -> None:
               {"FILL": fill_max[name], "ARGMAX": False, "XBLOCK": 2, "RBLOCK": 128}, _grid1(13, 2),
               {1: x.argmin(1).to(torch.int32)})
 
-    x = c.randn(6, 40)
-    x[1, 7] = x[4, 0] = x[4, 39] = float("nan")
-    c.add("row_max_nan", row_max_kernel, (x, None, None, 6, 40), {"XBLOCK": 2, "RBLOCK": 64}, _grid1(6, 2),
-          {1: x.amax(1), 2: x.amin(1)})
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):  # half max/min: packed pairs on sm_80+
+        x = c.randn(6, 100).to(dtype)
+        x[1, 7] = x[4, 0] = x[4, 99] = float("nan")
+        x[2, :] = -0.0
+        x[2, 5] = 0.0
+        x[3, 10], x[3, 11] = float("inf"), float("-inf")
+        x[5, :] = float("-inf")
+        suffix = "" if dtype == torch.float32 else f"_{dtype}"
+        c.add(f"row_max_nan{suffix}", row_max_kernel, (x, None, None, 6, 100), {"XBLOCK": 2, "RBLOCK": 128},
+              _grid1(6, 2), {1: x.amax(1), 2: x.amin(1)}, num_warps=1)  # 4 values a row a thread
 
 
 def _welford_state_data(c: _Builder, n: int, k: int, max_len: int = 9):

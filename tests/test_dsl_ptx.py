@@ -371,6 +371,17 @@ def test_multiply_add_contracts_to_fma():
     assert "fma.rn.f32" in ptx and "mul.rn.f32" not in ptx
 
 
+def test_half_max_and_min_reduce_packed_pairs():
+    """On sm_80+ a thread's fp16/bf16 values reduce two to a register (max.NaN.bf16x2 /
+    f16x2) before going on in fp32; sm_75 widens each value first."""
+    for dtype, packed in (("torch.bfloat16", "bf16x2"), ("torch.float16", "f16x2")):
+        ptx = _compile_case(_CASES_BY_NAME[f"row_max_nan_{dtype}"], (9, 0)).ptx
+        assert f"max.NaN.{packed}" in ptx and f"min.NaN.{packed}" in ptx, dtype
+        old = _compile_case(_CASES_BY_NAME[f"row_max_nan_{dtype}"], (7, 5)).ptx
+        assert packed not in old and "max.f32" in old, dtype
+    assert "bf16x2" not in _compile_case(_CASES_BY_NAME["row_max_nan"], (9, 0)).ptx
+
+
 def test_common_reductions_need_no_layout_conversion():
     # softmax/layernorm over [XBLOCK, RBLOCK]: in-warp shuffles only, no shared memory.
     for name in ("softmax_torch.float32_37x100", "layernorm_torch.float32_37x100", "row_sum_looped",

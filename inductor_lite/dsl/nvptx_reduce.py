@@ -9,6 +9,11 @@ reads and combines all partials of its rows in warp order. The result has the
 ``slice`` layout of the input, and every thread that holds a row holds the same
 bits.
 
+max and min over fp16/bf16 on sm_80+ do the first step on the 16-bit values
+themselves, two to a 32-bit register (``max.NaN.bf16x2``: half the instructions and no
+conversions), then go on in fp32; either way the result is one of the inputs (or NaN),
+so the bits are the same as combining in fp32.
+
 The reduction state is a tuple of scalars: ``(value,)`` for sum/prod/max/min,
 ``(value, index)`` for argmax/argmin (ties go to the lower index; NaN wins, as in
 torch), ``(mean, m2, weight)`` for Welford (the parallel combine of Chan et al.,
@@ -53,6 +58,16 @@ def _slot_bytes(t: llir.Type) -> int:
     if t in (I1, I8):
         return 1
     return 4
+
+
+def _thread_groups(values: list, src: Distribution, axis: int, out: Distribution) -> list[list]:
+    """A thread's registers grouped by output register: those with equal coordinates
+    off ``axis``, in register order."""
+    groups: dict[tuple[int, ...], list] = {}
+    for j, v in enumerate(values):
+        off = src.reg_offsets[j]
+        groups.setdefault(off[:axis] + off[axis + 1:], []).append(v)
+    return [groups[out.reg_offsets[k]] for k in range(out.num_regs)]
 
 
 def _pairwise(states: list[State], combine: Combine) -> State:
@@ -140,11 +155,13 @@ class ReduceCodegen:
     # -- the three steps ------------------------------------------------------------------------
     def reduce_states(self, states: list[State], src: Distribution, axis: int, out: Distribution,
                       combine: Combine, commutative: bool) -> list[State]:
-        groups: dict[tuple[int, ...], list[State]] = {}
-        for j, s in enumerate(states):
-            off = src.reg_offsets[j]
-            groups.setdefault(off[:axis] + off[axis + 1:], []).append(s)
-        result = [_pairwise(groups[out.reg_offsets[k]], combine) for k in range(out.num_regs)]
+        result = [_pairwise(group, combine) for group in _thread_groups(states, src, axis, out)]
+        return self._reduce_across_threads(result, src, axis, out, combine, commutative)
+
+    def _reduce_across_threads(self, result: list[State], src: Distribution, axis: int, out: Distribution,
+                               combine: Combine, commutative: bool) -> list[State]:
+        """Steps 2 and 3: shuffles over the lane bits of ``axis``, then shared memory
+        across warps; ``result`` holds each thread's combined registers."""
         for bit, basis in enumerate(src.lane_bases):
             if basis[axis]:
                 result = [self._shuffle_combine(s, 1 << bit, combine, commutative) for s in result]
@@ -276,6 +293,15 @@ class ReduceCodegen:
         out = distribute(out_layout, out_shape)
         elem = xs[0].type.element
         t = self._compute_type(elem)
+        half = self._widened_half(xs[0]) if op.opcode == "reduce" and op.attrs["combine"] in ("max", "min") else None
+        if half is not None and self.cc >= (8, 0):
+            combine, commutative = self._reduce_combine(op.attrs["combine"], t)
+            half_elem = half.type.element
+            groups = _thread_groups(self.regs(half, layout), src, axis, out)
+            partial = [(self._packed_extreme(g, op.attrs["combine"], half_elem),) for g in groups]
+            result = self._reduce_across_threads(partial, src, axis, out, combine, commutative)
+            self.bind_result(op.results[0], out_layout, [s[0] for s in result])
+            return
         cols = [[self.to_compute(r, elem) for r in self.regs(x, layout)] for x in xs]
         states = list(zip(*cols))
         if op.opcode == "reduce":
@@ -299,6 +325,35 @@ class ReduceCodegen:
             columns = [[self.from_compute(c, elem) for c in col] for col in zip(*result)]
         for value, regs in zip(op.results, columns):
             self.bind_result(value, out_layout, list(regs))
+
+    def _widened_half(self, x: ir.Value):
+        """The fp16/bf16 value that ``x`` widens to fp32 (the frontend's cast before a
+        reduction over half values), or None."""
+        op = self.defs.get(x.id)
+        if op is None or op.opcode != "cast" or x.type.element != ir.float32:
+            return None
+        source = op.operands[0]
+        return source if self.is_half(source.type.element) else None
+
+    def _packed_extreme(self, regs: list[llir.Value], kind: str, elem: ir.DType) -> llir.Value:
+        """max or min (NaN-propagating) of one thread's fp16/bf16 registers, as fp32: a
+        tree of ``max.NaN.{bf16x2,f16x2}`` over pairs packed in 32-bit registers, then
+        the last pair's halves (and any odd one out) in fp32. Inline PTX: LLVM would
+        scalarise the vector intrinsic and widen each scalar to fp32."""
+        b = self.b
+        bits = [r if r.type == I16 else b.bitcast(r, I16) for r in regs]
+        asm = llir.InlineAsm(llir.FunctionType(I32, [I32, I32]),
+                             f"{kind}.NaN.{'f16x2' if elem == ir.float16 else 'bf16x2'} $0, $1, $2;", "=r,r,r")
+        sixteen = llir.Constant(I32, 16)
+        pairs = [(b.or_(b.zext(bits[i], I32), b.shl(b.zext(bits[i + 1], I32), sixteen)),)
+                 for i in range(0, len(bits) - 1, 2)]
+        halves = bits[len(pairs) * 2:]
+        if pairs:
+            (v,) = _pairwise(pairs, lambda a, c: (b.call(asm, [a[0], c[0]]),))
+            halves = [b.trunc(v, I16), b.trunc(b.lshr(v, sixteen), I16)] + halves
+        combine, _ = self._reduce_combine(kind, ir.float32)
+        as_f32 = [(self.to_f32(h if elem != ir.float16 else b.bitcast(h, F16), elem),) for h in halves]
+        return _pairwise(as_f32, combine)[0]
 
     def _lower_welford_elementwise(self, op: ir.Op) -> None:
         if len(op.operands) != 6:
