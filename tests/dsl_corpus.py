@@ -288,6 +288,17 @@ def row_arg_kernel(x_ptr, out_ptr, rows, cols, FILL: dl.constexpr, ARGMAX: dl.co
 
 
 @dl.kernel
+def first_above_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    """out[r] = the first column where x[r, :] > 1.5, else RBLOCK (the compiler's
+    first-index reduction)."""
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.arange(0, RBLOCK)[None, :]
+    mask = (row < rows) & (col < cols)
+    x = dl.load(x_ptr + row * cols + col, mask=mask, other=0.0)
+    dl.store(out_ptr + row, dl.min(dl.where(mask & (x > 1.5), col, RBLOCK), 1)[:, None], mask=row < rows)
+
+
+@dl.kernel
 def row_max_kernel(x_ptr, max_ptr, min_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
     col = dl.arange(0, RBLOCK)[None, :]
@@ -582,6 +593,13 @@ def _row_cases(c: _Builder) -> None:
         c.add(f"row_argmin_{name}", row_arg_kernel, (x, None, 13, 70),
               {"FILL": fill_max[name], "ARGMAX": False, "XBLOCK": 2, "RBLOCK": 128}, _grid1(13, 2),
               {1: x.argmin(1).to(torch.int32)})
+
+    x = c.randn(13, 70)
+    x[3] = 0.0  # no column above 1.5
+    above = torch.where(x > 1.5, torch.arange(70), 128).amin(1).to(torch.int32)
+    for warps in (1, 4):  # 8 or 2 values a thread
+        c.add(f"first_above_w{warps}", first_above_kernel, (x, None, 13, 70), {"XBLOCK": 2, "RBLOCK": 128},
+              _grid1(13, 2), {1: above}, num_warps=warps)
 
     for dtype in (torch.float32, torch.bfloat16, torch.float16):  # half max/min: packed pairs on sm_80+
         x = c.randn(6, 100).to(dtype)

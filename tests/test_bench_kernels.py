@@ -339,6 +339,19 @@ def test_benchmark_launches_compile_with_16_byte_loads(name, dtype, monkeypatch)
         assert loads and all(".v4." in ld for ld in loads), (kernel.name, rows, cols, sorted(set(loads)))
 
 
+def test_argmax_first_index_is_one_select_per_value():
+    """bf16 argmax, 64 values a thread: the max is packed (max.NaN.bf16x2), and the
+    first column holding it costs one compare and one select per value; only the
+    shuffles and the cross-warp step take integer minima."""
+    x, out = torch.empty(8192, 4096, dtype=torch.bfloat16), torch.empty(8192, dtype=torch.int64)
+    spec = K.row_argmax_kernel.specialize((x, out, 8192, 4096), {"XBLOCK": 2, "RBLOCK": 4096, "NO_MASK": True,
+                                                                  "REREAD": False, "HALF": True})
+    ptx = compiler.compile_ptx(K.row_argmax_kernel.build_ir(spec), cc=(9, 0), num_warps=4).ptx
+    count = lambda pattern: len(re.findall(pattern, ptx))
+    assert count(r"max\.NaN\.bf16x2") >= 16
+    assert count(r"\bselp\.b32") <= 64 + 4 and count(r"\bmin\.s32") <= 8
+
+
 def test_masks_are_left_out_only_for_full_blocks(monkeypatch):
     def no_mask(name, rows, cols):
         (_, _, constexprs, _), = _captured_launches(name, rows, cols, torch.float32, monkeypatch)

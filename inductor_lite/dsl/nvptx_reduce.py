@@ -12,7 +12,12 @@ bits.
 max and min over fp16/bf16 on sm_80+ do the first step on the 16-bit values
 themselves, two to a 32-bit register (``max.NaN.bf16x2``: half the instructions and no
 conversions), then go on in fp32; either way the result is one of the inputs (or NaN),
-so the bits are the same as combining in fp32.
+so the bits are the same as combining in fp32. A min over ``where(c, i, n)``, with
+``i`` the index along the axis (an ``arange(0, ...)`` broadcast into place) and ``n``
+a constant no smaller than the axis, is the first index where ``c`` holds (else
+``n``): each thread finds its first with one select per value, immediates for the
+register offsets, and adds its own offset once, instead of materialising every index
+and taking minima.
 
 The reduction state is a tuple of scalars: ``(value,)`` for sum/prod/max/min,
 ``(value, index)`` for argmax/argmin (ties go to the lower index; NaN wins, as in
@@ -293,6 +298,18 @@ class ReduceCodegen:
         out = distribute(out_layout, out_shape)
         elem = xs[0].type.element
         t = self._compute_type(elem)
+        first = self._first_index_pattern(xs[0], axis) if op.opcode == "reduce" and op.attrs["combine"] == "min" \
+            else None
+        if first is not None:
+            cond, sentinel = first
+            combine, commutative = self._reduce_combine("min", elem)
+            base = self.thread_coord(src, axis)
+            offsets = [src.reg_offsets[j][axis] for j in range(src.num_regs)]
+            pairs = _thread_groups(list(zip(offsets, self.regs(cond, layout))), src, axis, out)
+            partial = [(self._first_true(group, base, sentinel),) for group in pairs]
+            result = self._reduce_across_threads(partial, src, axis, out, combine, commutative)
+            self.bind_result(op.results[0], out_layout, [s[0] for s in result])
+            return
         half = self._widened_half(xs[0]) if op.opcode == "reduce" and op.attrs["combine"] in ("max", "min") else None
         if half is not None and self.cc >= (8, 0):
             combine, commutative = self._reduce_combine(op.attrs["combine"], t)
@@ -325,6 +342,52 @@ class ReduceCodegen:
             columns = [[self.from_compute(c, elem) for c in col] for col in zip(*result)]
         for value, regs in zip(op.results, columns):
             self.bind_result(value, out_layout, list(regs))
+
+    def _first_index_pattern(self, x: ir.Value, axis: int):
+        """(c, n) if ``x`` is ``where(c, i, n)`` over int32 with ``i`` the index along
+        ``axis`` and ``n`` a constant at least the axis' size (see the module
+        docstring), else None."""
+        op = self.defs.get(x.id)
+        if op is None or op.opcode != "select" or x.type.element != ir.int32:
+            return None
+        cond, index, fill = op.operands
+        fill_op = self.defs.get(fill.id)
+        if fill_op is None or fill_op.opcode != "constant" or fill_op.attrs["value"] < x.type.shape[axis]:
+            return None
+        return (cond, int(fill_op.attrs["value"])) if self._is_axis_index(index, axis) else None
+
+    def _is_axis_index(self, v: ir.Value, axis: int) -> bool:
+        """``v[..., i, ...] == i`` along ``axis``: an ``arange(0, n)`` brought into
+        place by ``expand_dims`` and ``broadcast`` (which keep its extent)."""
+        dim, extent = axis, v.type.shape[axis]
+        while True:
+            op = self.defs.get(v.id)
+            if op is None:
+                return False
+            if op.opcode == "arange":
+                return op.attrs["start"] == 0 and dim == 0 and v.type.shape[0] == extent
+            if op.opcode == "broadcast":
+                v = op.operands[0]
+                if v.type.shape[dim] != extent:
+                    return False
+            elif op.opcode == "expand_dims":
+                new = op.attrs["axis"] % len(v.type.shape)
+                if new == dim:
+                    return False
+                dim -= new < dim
+                v = op.operands[0]
+            else:
+                return False
+
+    def _first_true(self, group: list[tuple[int, llir.Value]], base: llir.Value, sentinel: int) -> llir.Value:
+        """The least ``base + offset`` over a thread's (offset, condition) pairs whose
+        condition holds, else ``sentinel``: a chain of selects from the last offset."""
+        b = self.b
+        idx = llir.Constant(I32, -1)
+        for offset, cond in sorted(group, key=lambda p: p[0], reverse=True):
+            idx = b.select(cond, llir.Constant(I32, offset), idx)
+        found = b.icmp_signed(">=", idx, llir.Constant(I32, 0))
+        return b.select(found, b.add(idx, base), llir.Constant(I32, sentinel))
 
     def _widened_half(self, x: ir.Value):
         """The fp16/bf16 value that ``x`` widens to fp32 (the frontend's cast before a
