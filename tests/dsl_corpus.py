@@ -596,7 +596,7 @@ def _row_cases(c: _Builder) -> None:
 
     x = c.randn(13, 70)
     x[3] = 0.0  # no column above 1.5
-    above = torch.where(x > 1.5, torch.arange(70), 128).amin(1).to(torch.int32)
+    above = torch.where(x > 1.5, torch.arange(70, device=x.device), 128).amin(1).to(torch.int32)
     for warps in (1, 4):  # 8 or 2 values a thread
         c.add(f"first_above_w{warps}", first_above_kernel, (x, None, 13, 70), {"XBLOCK": 2, "RBLOCK": 128},
               _grid1(13, 2), {1: above}, num_warps=warps)
