@@ -28,7 +28,8 @@ in the CUDA sense: a grid sized to the SMs strides over the rows, each program
 loading its next row before reducing the current one. When every block is full (e.g. power-of-two widths) the
 launchers pass ``NO_MASK=True`` and the kernels are compiled without masks. Argmax is
 a max reduction followed by a min over the columns that hold the maximum, cheaper
-per element than a (value, index) reduction.
+per element than a (value, index) reduction (the compiler packs the max of half
+values and turns the min into a first-index search).
 
 A launcher given no ``config=`` takes the one `choose_config` picks: on CUDA the
 fastest of `pointwise_candidates`, `tile_candidates` or `row_candidates`, timed by the
