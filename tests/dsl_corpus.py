@@ -364,6 +364,7 @@ class Case:
     grid: Union[tuple, Callable[[dict], tuple]]
     expected: dict[int, torch.Tensor]
     num_warps: Optional[int] = None
+    exact: bool = False  # floats must match exactly too (max, min: the result is an input)
 
     def launch(self) -> None:
         self.kernel[self.grid](*self.args, num_warps=self.num_warps, **self.constexprs)
@@ -396,7 +397,7 @@ def check(case: Case) -> None:
     case.launch()
     for index, want in case.expected.items():
         got = case.args[index]
-        rtol, atol = TOLERANCES.get(want.dtype, (0, 0))
+        rtol, atol = (0, 0) if case.exact else TOLERANCES.get(want.dtype, (0, 0))
         torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True,
                                    msg=lambda m, i=index: f"{case.name}: output argument {i}: {m}")
 
@@ -417,11 +418,12 @@ class _Builder:
         x = torch.randint(lo, hi, shape, generator=self.gen, dtype=torch.int64)
         return x.to(dtype).to(self.device)
 
-    def add(self, name, kernel, args, constexprs, grid, expected: dict[int, torch.Tensor], num_warps=None):
+    def add(self, name, kernel, args, constexprs, grid, expected: dict[int, torch.Tensor], num_warps=None,
+            exact=False):
         args = list(args)
         for index, want in expected.items():
             args[index] = poison_like(want)
-        self.cases.append(Case(name, kernel, tuple(args), constexprs, grid, expected, num_warps))
+        self.cases.append(Case(name, kernel, tuple(args), constexprs, grid, expected, num_warps, exact))
 
 
 def _grid1(n: int, block: int) -> tuple[int]:
@@ -601,7 +603,9 @@ def _row_cases(c: _Builder) -> None:
         c.add(f"first_above_w{warps}", first_above_kernel, (x, None, 13, 70), {"XBLOCK": 2, "RBLOCK": 128},
               _grid1(13, 2), {1: above}, num_warps=warps)
 
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):  # half max/min: packed pairs on sm_80+
+    # Max/min are exact (the result is one of the inputs); half types pack pairs on
+    # sm_80+. Zeros of both signs compare equal (torch's sign for them depends on order).
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
         x = c.randn(6, 100).to(dtype)
         x[1, 7] = x[4, 0] = x[4, 99] = float("nan")
         x[2, :] = -0.0
@@ -610,7 +614,7 @@ def _row_cases(c: _Builder) -> None:
         x[5, :] = float("-inf")
         suffix = "" if dtype == torch.float32 else f"_{dtype}"
         c.add(f"row_max_nan{suffix}", row_max_kernel, (x, None, None, 6, 100), {"XBLOCK": 2, "RBLOCK": 128},
-              _grid1(6, 2), {1: x.amax(1), 2: x.amin(1)}, num_warps=1)  # 4 values a row a thread
+              _grid1(6, 2), {1: x.amax(1), 2: x.amin(1)}, num_warps=1, exact=True)  # 4 values a row a thread
 
 
 def _welford_state_data(c: _Builder, n: int, k: int, max_len: int = 9):

@@ -132,6 +132,12 @@ def test_pointwise_kernels_match_torch(shape, dtype):
         _assert_matches(out, want, dtype)
 
 
+def test_tile_config_is_validated():
+    for bad in (dict(YBLOCK=3, XBLOCK=32), dict(YBLOCK=4, XBLOCK=0), dict(YBLOCK=4, XBLOCK=32, programs_per_sm=-1)):
+        with pytest.raises(ValueError, match="TileConfig"):
+            K.TileConfig(num_warps=2, **bad)
+
+
 def test_pointwise_configs_cover_partial_blocks():
     a, b = _randn(1000), _randn(1000)
     _assert_matches(K.add(a, b, config=K.PointwiseConfig(256, 2)), a + b, torch.float32)

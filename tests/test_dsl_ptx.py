@@ -363,6 +363,26 @@ def test_ftz_kernels_take_libdevice_flush_to_zero_paths():
     assert "ex2.approx.f32" in exact and ".ftz" not in exact
     with pytest.raises(TypeError, match="ftz"):
         dl.kernel(ftz=1)(_exp2_fma)
+    with pytest.raises(AttributeError):
+        ftz_kernel.ftz = False  # the IR cache and the disk key must agree
+
+
+_SCALE = 2.0
+
+
+def _scaled(x_ptr, out_ptr, BLOCK: dl.constexpr):
+    i = dl.arange(0, BLOCK)
+    dl.store(out_ptr + i, dl.load(x_ptr + i) * _SCALE)
+
+
+def test_cache_key_source_covers_the_constants_a_kernel_reads(monkeypatch):
+    """The frontend bakes module constants into the code, so their values are part of
+    the text the disk cache is keyed by."""
+    k = dl.kernel(_scaled)
+    before = k.key_source()
+    assert before.startswith(k.source) and "_SCALE = 2.0" in before and "_exp2_fma" not in before
+    monkeypatch.setattr(sys.modules[__name__], "_SCALE", 3.0)
+    assert "_SCALE = 3.0" in k.key_source()
 
 
 def test_multiply_add_contracts_to_fma():

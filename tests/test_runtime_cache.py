@@ -467,6 +467,9 @@ class FakeKernel:
         self.ftz = False
         self.built = []
 
+    def key_source(self):
+        return self.source
+
     def specialize(self, args, constexprs):
         arg_specs = tuple(
             ("ptr", None) if hasattr(a, "data_ptr") else (type(a).__name__, a % 16 == 0 if type(a) is int else None)

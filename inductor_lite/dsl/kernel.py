@@ -128,13 +128,14 @@ class Kernel:
         order. constexpr_names: the parameters annotated ``dl.constexpr``.
         runtime_arg_names: the others, in order (what `Specialization.args` describe).
         filename / first_lineno: where the source lives (for error messages).
-        ftz: libdevice math (exp2, rsqrt, erf, ...) may flush subnormal inputs and
-        results to zero, as nvcc's ``-ftz=true`` and Triton's default do: ``exp2`` becomes
-        one ``ex2.approx.ftz`` instead of three instructions that keep subnormal results.
-        Off by default (torch keeps subnormals). Part of the cache key; the interpreter
-        ignores it.
+        ftz (read-only): libdevice calls only (exp2, rsqrt, erf, ...; not ``+ - * /``)
+        may flush subnormal inputs and results to zero, as libdevice does under nvcc's
+        ``-ftz=true`` and in Triton by default: ``exp2`` becomes one ``ex2.approx.ftz``
+        instead of three instructions that keep subnormal results. Off by default (torch
+        keeps subnormals). Part of the cache key; the interpreter ignores it.
 
     Raises (at decoration):
+        TypeError: ``fn`` is not a function, or ``ftz`` is not a bool.
         ValueError: the source cannot be read (a kernel built with ``exec`` must put its
             text in ``linecache`` first), or the signature uses ``*args``/``**kwargs``.
     """
@@ -147,7 +148,7 @@ class Kernel:
         if not isinstance(ftz, bool):
             raise TypeError(f"@dl.kernel(ftz=...) takes a bool, got {ftz!r}")
         self.fn = fn
-        self.ftz = ftz
+        self._ftz = ftz
         self.name = fn.__name__
         try:
             source = inspect.getsource(fn)
@@ -188,6 +189,31 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<dl.kernel {self.name}({', '.join(self.arg_names)})>"
+
+    @property
+    def ftz(self) -> bool:
+        return self._ftz
+
+    def key_source(self) -> str:
+        """What of the kernel's text decides its binary, for cache keys: the source plus
+        the current values of the plain constants (numbers, strings, tuples of them) it
+        reads from its module or closure, which the frontend bakes into the code."""
+        names = {n.id for n in ast.walk(self.fn_def) if isinstance(n, ast.Name)}
+        closure = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__ or ()))
+        constants = []
+        for name in sorted(names):
+            if name in closure:
+                try:
+                    value = closure[name].cell_contents
+                except ValueError:  # an empty cell
+                    continue
+            elif name in self.fn.__globals__:
+                value = self.fn.__globals__[name]
+            else:
+                continue
+            if _is_plain_constant(value):
+                constants.append(f"{name} = {value!r}")
+        return self.source + "".join(f"\n# {c}" for c in constants)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"kernel {self.name} is launched as {self.name}[grid](...), not called directly")
@@ -443,6 +469,12 @@ class _Launcher:
             return k.run(self.grid, args, kwargs, num_warps)
         runtime, constexprs = k._bind(args, kwargs)
         return k.run(self.grid, runtime, constexprs, num_warps)
+
+
+def _is_plain_constant(value: Any) -> bool:
+    if isinstance(value, (tuple, list)):
+        return all(_is_plain_constant(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def kernel(fn: Optional[Callable] = None, *, ftz: bool = False) -> Union[Kernel, Callable[[Callable], Kernel]]:

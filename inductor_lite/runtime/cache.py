@@ -1,8 +1,8 @@
 """Content-addressed on-disk cache of compiled kernel binaries.
 
 An entry is named by `cache_key`: a sha256 over everything that decides the binary
-(DSL source, specialisation, num_warps, flush-to-zero, target compute capability,
-every toolchain version). Since the name says what the content must be, entries are never updated, only
+(DSL source and the module constants it reads, specialisation, num_warps,
+flush-to-zero, target compute capability, every toolchain version). Since the name says what the content must be, entries are never updated, only
 written once; concurrent writers of one key write the same bytes, so no lock is needed.
 
 File format (``<directory>/<key>.ilbin``)::
@@ -75,7 +75,7 @@ def cache_key(source: str, spec_key: str, num_warps: int, cc: tuple[int, int], t
     """The cache key (64 hex digits) of one compilation.
 
     Args:
-        source: the kernel's DSL source.
+        source: the kernel's DSL source and the constants it reads (``Kernel.key_source``).
         spec_key: ``Specialization.key()``, stable across processes.
         num_warps: warps per block.
         cc: target compute capability (major, minor).

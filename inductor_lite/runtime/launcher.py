@@ -475,7 +475,7 @@ def _device_index(device: int | str | torch.device) -> int:
 
 def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int) -> CompiledBinary:
     cc = driver.compute_capability(device)
-    key = cache_key(kernel.source, spec.key(), num_warps, cc, toolchain_versions(), kernel.ftz)
+    key = cache_key(kernel.key_source(), spec.key(), num_warps, cc, toolchain_versions(), kernel.ftz)
     cache = default_cache()
     binary = cache.get(key)
     if binary is not None:
