@@ -166,6 +166,7 @@ class Kernel:
         if not defs:
             raise ValueError(f"@dl.kernel {self.name}: its source does not define a function of that name")
         self.fn_def = defs[0]
+        self._names_read = sorted({n.id for n in ast.walk(self.fn_def) if isinstance(n, ast.Name)})
 
         signature = inspect.signature(fn)
         for p in signature.parameters.values():
@@ -198,10 +199,9 @@ class Kernel:
         """What of the kernel's text decides its binary, for cache keys: the source plus
         the current values of the plain constants (numbers, strings, tuples of them) it
         reads from its module or closure, which the frontend bakes into the code."""
-        names = {n.id for n in ast.walk(self.fn_def) if isinstance(n, ast.Name)}
         closure = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__ or ()))
         constants = []
-        for name in sorted(names):
+        for name in self._names_read:
             if name in closure:
                 try:
                     value = closure[name].cell_contents

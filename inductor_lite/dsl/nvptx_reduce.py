@@ -30,7 +30,7 @@ in lane order so that all lanes compute identical bits.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from llvmlite import ir as llir
 
@@ -298,24 +298,9 @@ class ReduceCodegen:
         out = distribute(out_layout, out_shape)
         elem = xs[0].type.element
         t = self._compute_type(elem)
-        first = self._first_index_pattern(xs[0], axis) if op.opcode == "reduce" and op.attrs["combine"] == "min" \
-            else None
-        if first is not None:
-            cond, sentinel = first
-            combine, commutative = self._reduce_combine("min", elem)
-            base = self.thread_coord(src, axis)
-            offsets = [src.reg_offsets[j][axis] for j in range(src.num_regs)]
-            pairs = _thread_groups(list(zip(offsets, self.regs(cond, layout))), src, axis, out)
-            partial = [(self._first_true(group, base, sentinel),) for group in pairs]
-            result = self._reduce_across_threads(partial, src, axis, out, combine, commutative)
-            self.bind_result(op.results[0], out_layout, [s[0] for s in result])
-            return
-        half = self._widened_half(xs[0]) if op.opcode == "reduce" and op.attrs["combine"] in ("max", "min") else None
-        if half is not None and self.cc >= (8, 0):
+        partial = self._special_thread_partials(op, layout, src, axis, out) if op.opcode == "reduce" else None
+        if partial is not None:  # in-thread step done; the rest as for any max/min
             combine, commutative = self._reduce_combine(op.attrs["combine"], t)
-            half_elem = half.type.element
-            groups = _thread_groups(self.regs(half, layout), src, axis, out)
-            partial = [(self._packed_extreme(g, op.attrs["combine"], half_elem),) for g in groups]
             result = self._reduce_across_threads(partial, src, axis, out, combine, commutative)
             self.bind_result(op.results[0], out_layout, [s[0] for s in result])
             return
@@ -342,6 +327,24 @@ class ReduceCodegen:
             columns = [[self.from_compute(c, elem) for c in col] for col in zip(*result)]
         for value, regs in zip(op.results, columns):
             self.bind_result(value, out_layout, list(regs))
+
+    def _special_thread_partials(self, op: ir.Op, layout, src: Distribution, axis: int,
+                                 out: Distribution) -> Optional[list[State]]:
+        """Each thread's combined registers for the two cases of the module docstring
+        (a first-index search; max/min over half values on sm_80+), or None."""
+        kind, x = op.attrs["combine"], op.operands[0]
+        first = self._first_index_pattern(x, axis) if kind == "min" else None
+        if first is not None:
+            cond, sentinel = first
+            base = self.thread_coord(src, axis)
+            offsets = [src.reg_offsets[j][axis] for j in range(src.num_regs)]
+            groups = _thread_groups(list(zip(offsets, self.regs(cond, layout))), src, axis, out)
+            return [(self._first_true(group, base, sentinel),) for group in groups]
+        half = self._widened_half(x) if kind in ("max", "min") and self.cc >= (8, 0) else None
+        if half is not None:
+            groups = _thread_groups(self.regs(half, layout), src, axis, out)
+            return [(self._packed_extreme(g, kind, half.type.element),) for g in groups]
+        return None
 
     def _first_index_pattern(self, x: ir.Value, axis: int):
         """(c, n) if ``x`` is ``where(c, i, n)`` over int32 with ``i`` the index along

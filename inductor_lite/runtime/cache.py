@@ -2,8 +2,9 @@
 
 An entry is named by `cache_key`: a sha256 over everything that decides the binary
 (DSL source and the module constants it reads, specialisation, num_warps,
-flush-to-zero, target compute capability, every toolchain version). Since the name says what the content must be, entries are never updated, only
-written once; concurrent writers of one key write the same bytes, so no lock is needed.
+flush-to-zero, target compute capability, every toolchain version). Since the name
+says what the content must be, entries are never updated, only written once;
+concurrent writers of one key write the same bytes, so no lock is needed.
 
 File format (``<directory>/<key>.ilbin``)::
 
