@@ -109,6 +109,13 @@ def math_kernel(x_ptr, y_ptr, out_ptr, n, FN: dl.constexpr, BINARY: dl.constexpr
     dl.store(out_ptr + offs, r, mask=mask)
 
 
+@dl.kernel(ftz=True)
+def reciprocal_ftz_kernel(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    dl.store(out_ptr + offs, dl.fast_dividef(1.0, dl.load(x_ptr + offs, mask=mask, other=1.0)), mask=mask)
+
+
 @dl.kernel
 def maximum_kernel(a_ptr, b_ptr, max_ptr, min_ptr, n, BLOCK: dl.constexpr):
     offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
@@ -542,6 +549,12 @@ def _math_cases(c: _Builder) -> None:
     for fn, x in {"pow": positive, "atan2": anywhere, "fmod": anywhere * 5}.items():
         c.add(f"math_{fn}", math_kernel, (x, y, None, n), {"FN": fn, "BINARY": True, "BLOCK": 64},
               _grid1(n, 64), {2: getattr(torch, fn)(x, y)})
+    # Approximate in fp32 (within 2 ulp), exact in fp64; 1 / y in an ftz kernel is a reciprocal.
+    for dtype in (torch.float32, torch.float64):
+        x, y = c.randn(n, dtype=dtype), c.randn(n, dtype=dtype) + 3.0
+        c.add(f"math_fast_dividef_{dtype}", math_kernel, (x, y, None, n),
+              {"FN": "fast_dividef", "BINARY": True, "BLOCK": 64}, _grid1(n, 64), {2: x / y})
+    c.add("reciprocal_ftz", reciprocal_ftz_kernel, (y, None, n), {"BLOCK": 64}, _grid1(n, 64), {1: 1.0 / y})
     x16 = c.randn(n, dtype=torch.float16)
     c.add("math_exp_fp16", math_kernel, (x16, x16, None, n), {"FN": "exp", "BINARY": False, "BLOCK": 64},
           _grid1(n, 64), {2: torch.exp(x16.float()).half()})

@@ -133,7 +133,8 @@ def test_pointwise_kernels_match_torch(shape, dtype):
 
 
 def test_tile_config_is_validated():
-    for bad in (dict(YBLOCK=3, XBLOCK=32), dict(YBLOCK=4, XBLOCK=0), dict(YBLOCK=4, XBLOCK=32, programs_per_sm=-1)):
+    for bad in (dict(YBLOCK=3, XBLOCK=32), dict(YBLOCK=4, XBLOCK=0), dict(YBLOCK=4, XBLOCK=32, programs_per_sm=-1),
+                dict(YBLOCK=4, XBLOCK=32, rows_fastest=True, programs_per_sm=2)):
         with pytest.raises(ValueError, match="TileConfig"):
             K.TileConfig(num_warps=2, **bad)
 
@@ -142,10 +143,12 @@ def test_pointwise_configs_cover_partial_blocks():
     a, b = _randn(1000), _randn(1000)
     _assert_matches(K.add(a, b, config=K.PointwiseConfig(256, 2)), a + b, torch.float32)
     x, bias = _randn(9, 70), _randn(70)
-    for rows_fastest in (False, True):  # 3 x 3 tiles, partial in both dims, in either order
-        for per_sm in (0, 1, 2):  # one tile a program, or 1 or 2 programs striding over them
-            got = K.bias_gelu(x, bias, config=K.TileConfig(4, 32, 2, rows_fastest, per_sm))
-            _assert_matches(got, F.gelu(x + bias), torch.float32)
+    # 3 x 3 tiles, partial in both dims: one tile a program in either order, or streamed
+    # (the interpreter counts 1 SM): one program per column block (per_sm 1), or two
+    # striding over each column's row blocks (per_sm 7).
+    for config in (K.TileConfig(4, 32, 2, False), K.TileConfig(4, 32, 2, True), K.TileConfig(4, 32, 2, False, 1),
+                   K.TileConfig(4, 32, 2, False, 7)):
+        _assert_matches(K.bias_gelu(x, bias, config=config), F.gelu(x + bias), torch.float32)
 
 
 DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.gpu)]

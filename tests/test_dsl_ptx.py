@@ -367,6 +367,29 @@ def test_ftz_kernels_take_libdevice_flush_to_zero_paths():
         ftz_kernel.ftz = False  # the IR cache and the disk key must agree
 
 
+def _divide(x_ptr, y_ptr, out_ptr, BLOCK: dl.constexpr):
+    i = dl.arange(0, BLOCK)
+    y = dl.load(y_ptr + i)
+    dl.store(out_ptr + i, dl.fast_dividef(dl.load(x_ptr + i), y) + dl.fast_dividef(1.0, y))
+
+
+def test_fast_dividef_is_an_approximate_division():
+    """fp32: div.approx (.ftz in ftz kernels, where 1 / y is one rcp.approx.ftz), never
+    the IEEE div.rn; fp64 divides exactly."""
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"}
+    for ftz, want in ((False, ["div.approx.f32", "div.approx.f32"]),
+                      (True, ["div.approx.ftz.f32", "rcp.approx.ftz.f32"])):
+        kernel = dl.kernel(ftz=ftz)(_divide)
+        ptx = compiler.compile_ptx(kernel.build_ir(kernel.specialize_signature(sig, {"BLOCK": 128})),
+                                   cc=(9, 0), num_warps=4).ptx
+        assert sorted(re.findall(r"(?:div|rcp)\.[a-z0-9.]+", ptx)) == sorted(want), ftz
+    kernel = dl.kernel(_divide)
+    sig = {"x_ptr": "*fp64", "y_ptr": "*fp64", "out_ptr": "*fp64"}
+    ptx = compiler.compile_ptx(kernel.build_ir(kernel.specialize_signature(sig, {"BLOCK": 128})),
+                               cc=(9, 0), num_warps=4).ptx
+    assert "div.rn.f64" in ptx and "approx" not in ptx
+
+
 _SCALE = 2.0
 
 

@@ -94,14 +94,15 @@ class PointwiseConfig:
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
     """2-D pointwise launch over ``[YBLOCK rows, XBLOCK columns]`` tiles, one tile per
-    program of a 1-D grid. ``rows_fastest``: consecutive tiles are consecutive row
+    program of a 1-D grid. ``rows_fastest``: consecutive programs take consecutive row
     blocks (else consecutive column blocks, which walks memory in order).
-    ``programs_per_sm > 0``: a *streamed* launch, a grid of ``programs_per_sm``
-    programs per SM striding over the tiles, each loading its next tile before
-    computing the current one. YBLOCK and XBLOCK are powers of two.
+    ``programs_per_sm > 0``: a *streamed* launch, about ``programs_per_sm`` programs per
+    SM, each keeping one column block and striding over its row blocks, loading its
+    next tile before computing the current one. YBLOCK and XBLOCK are powers of two.
 
     Raises:
-        ValueError: a block size that is not a power of two, or ``programs_per_sm < 0``.
+        ValueError: a block size that is not a power of two, ``programs_per_sm < 0``, or
+            ``rows_fastest`` with a streamed launch (which has no such order).
     """
 
     YBLOCK: int
@@ -111,9 +112,10 @@ class TileConfig:
     programs_per_sm: int = 0
 
     def __post_init__(self):
-        if any(b < 1 or b & (b - 1) for b in (self.YBLOCK, self.XBLOCK)) or self.programs_per_sm < 0:
+        if (any(b < 1 or b & (b - 1) for b in (self.YBLOCK, self.XBLOCK)) or self.programs_per_sm < 0
+                or (self.programs_per_sm and self.rows_fastest)):
             raise ValueError(f"bad TileConfig {self!r}: YBLOCK and XBLOCK must be powers of two, "
-                             "programs_per_sm >= 0")
+                             "programs_per_sm >= 0, and a streamed launch has no rows_fastest order")
 
     def __str__(self) -> str:
         order = " rows-first" if self.rows_fastest else ""
@@ -205,7 +207,7 @@ def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]
     if element_size < 4:  # streamed: the next tile's loads overlap GELU's arithmetic
         for warps, bytes_per_thread, per_sm in ((4, 32, 8), (4, 64, 4), (4, 64, 8), (4, 128, 2), (8, 64, 2)):
             yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
-            options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, True, per_sm))
+            options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, False, per_sm))
     return _unique([default] + options)
 
 
@@ -314,50 +316,54 @@ def add_kernel(a_ptr, b_ptr, out_ptr, n, XBLOCK: dl.constexpr, NO_MASK: dl.const
 def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_blocks, YBLOCK: dl.constexpr,
                      XBLOCK: dl.constexpr, ROWS_FASTEST: dl.constexpr, NO_MASK: dl.constexpr,
                      HALF: dl.constexpr, STREAMED: dl.constexpr):
-    """out = gelu(x + bias) (erf form), x and out (rows, cols), bias (cols,), over
-    ``row_blocks * col_blocks`` tiles (``row_blocks = cdiv(rows, YBLOCK)``, ``col_blocks
-    = cdiv(cols, XBLOCK)``); grid (P,): one tile a program (P = the tiles), or
-    ``STREAMED``, programs striding over the tiles, loading the next while computing.
+    """out = gelu(x + bias) (erf form), x and out (rows, cols), bias (cols,), in
+    ``[YBLOCK, XBLOCK]`` tiles (``row_blocks = cdiv(rows, YBLOCK)``, ``col_blocks =
+    cdiv(cols, XBLOCK)``). Grid (P,): one tile a program (P = row_blocks * col_blocks,
+    the order set by ``ROWS_FASTEST``), or ``STREAMED`` (P a multiple of col_blocks, at
+    most row_blocks * col_blocks): program p owns column block ``p % col_blocks`` and
+    strides over the row blocks, loading the next tile before this one's math.
 
-    Phi comes from erfc (see `_GELU_P`), not from ``1 + erf``: 20 to 24 instructions an
-    element in all, where libdevice's erf alone takes about 21 (it selects between two polynomials
-    per element), and accurate to a few fp32 ulp where ``1 + erf`` cancels for h < 0.
-    ``HALF`` (16-bit output): a degree-5 polynomial, 4 fewer fmas (`_GELU_P5`).
-    ``ftz`` is safe here: rsqrt's argument is at least 1, and exp2 flushes only below
-    2**-126, where eager's ``1 + erf`` is already 0.
+    Phi comes from erfc (see `_GELU_P`), not from ``1 + erf``: about 16 instructions an
+    element for 16-bit outputs (ptxas, sm_90), where libdevice's erf alone takes about
+    21 (it selects between two polynomials per element), and accurate to a few fp32 ulp
+    where ``1 + erf`` cancels for h < 0. ``HALF`` (16-bit output): a degree-5
+    polynomial, 4 fewer fmas (`_GELU_P5`). ``ftz`` is safe here: the reciprocal's
+    argument is at least 1, and exp2 flushes only below 2**-126, where eager's
+    ``1 + erf`` is already 0.
     """
-    # 2-D tiles: the bias slice is loaded once per tile, and no per-element `% cols`.
-    # A 1-D grid: any number of row blocks (a grid's y dim stops at 65535).
+    # 2-D tiles: the bias slice is loaded once per tile (once per program if streamed),
+    # and no per-element `% cols`. A 1-D grid: any number of row blocks (a grid's y dim
+    # stops at 65535).
     r = dl.arange(0, YBLOCK)[:, None]
     c = dl.arange(0, XBLOCK)[None, :]
-    tiles, step = row_blocks * col_blocks, dl.num_programs(0)
-    fast_blocks = row_blocks if ROWS_FASTEST else col_blocks
-    first = dl.program_id(0)
-    slow, fast = first // fast_blocks, first % fast_blocks
-    rb, cb = (fast, slow) if ROWS_FASTEST else (slow, fast)
-    x = dl.load(x_ptr + (rb * YBLOCK + r) * cols + cb * XBLOCK + c,
-                mask=None if NO_MASK else (rb * YBLOCK + r < rows) & (cb * XBLOCK + c < cols))
-    for tile in range(first, tiles, step):
-        row, col = rb * YBLOCK + r, cb * XBLOCK + c
-        cmask = None if NO_MASK else col < cols
+    pid = dl.program_id(0)
+    if STREAMED:
+        cb, first, step = pid % col_blocks, pid // col_blocks, dl.num_programs(0) // col_blocks
+    else:
+        fast_blocks = row_blocks if ROWS_FASTEST else col_blocks
+        slow, fast = pid // fast_blocks, pid % fast_blocks
+        first, cb = (fast, slow) if ROWS_FASTEST else (slow, fast)
+        step = row_blocks  # one trip
+    col = cb * XBLOCK + c
+    cmask = None if NO_MASK else col < cols
+    bias = dl.load(bias_ptr + col, mask=cmask).to(dl.float32)
+    x = dl.load(x_ptr + (first * YBLOCK + r) * cols + col,
+                mask=None if NO_MASK else (first * YBLOCK + r < rows) & cmask)
+    for rb in range(first, row_blocks, step):
+        row = rb * YBLOCK + r
         mask = None if NO_MASK else (row < rows) & cmask
-        offs = row * cols + col
         if STREAMED:  # the next tile (the last one again at the end), loaded before this one's math
-            nxt = dl.minimum(tile + step, tiles - 1)
-            slow, fast = nxt // fast_blocks, nxt % fast_blocks
-            rb, cb = (fast, slow) if ROWS_FASTEST else (slow, fast)
-            x_next = dl.load(x_ptr + (rb * YBLOCK + r) * cols + cb * XBLOCK + c,
-                             mask=None if NO_MASK else (rb * YBLOCK + r < rows) & (cb * XBLOCK + c < cols))
-        h = x.to(dl.float32) + dl.load(bias_ptr + col, mask=cmask).to(dl.float32)
-        # t = 1 / (1 + |h| / (2 sqrt 2)) as rsqrt(.)**2: two instructions, where a division is ~8.
-        t = dl.rsqrt(dl.abs(h) * (0.5 * _SQRT1_2) + 1.0)
-        t = t * t
+            nxt = dl.minimum(rb + step, row_blocks - 1) * YBLOCK + r
+            x_next = dl.load(x_ptr + nxt * cols + col, mask=None if NO_MASK else (nxt < rows) & cmask)
+        h = x.to(dl.float32) + bias
+        # t = 1 / (1 + |h| / (2 sqrt 2)): one MUFU.RCP, where an IEEE division is ~8 instructions.
+        t = dl.fast_dividef(1.0, dl.abs(h) * (0.5 * _SQRT1_2) + 1.0)
         poly = _GELU_P5 if HALF else _GELU_P
         p = t * poly[len(poly) - 1] + poly[len(poly) - 2]
         for i in dl.static_range(len(poly) - 3, -1, -1):
             p = p * t + poly[i]
         tail = t * dl.exp2(h * h * (-0.5 * _LOG2E) + p)  # Phi(-|h|)
-        dl.store(out_ptr + offs, h * dl.where(h < 0.0, tail, 1.0 - tail), mask=mask)
+        dl.store(out_ptr + row * cols + col, h * dl.where(h < 0.0, tail, 1.0 - tail), mask=mask)
         if STREAMED:
             x = x_next
 
@@ -780,8 +786,9 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] =
         row_blocks, col_blocks = dl.cdiv(rows, config.YBLOCK), dl.cdiv(cols, config.XBLOCK)
         no_mask = rows % config.YBLOCK == 0 and cols % config.XBLOCK == 0
         programs = row_blocks * col_blocks
-        if config.programs_per_sm:
-            programs = min(programs, config.programs_per_sm * _sm_count(x.device))
+        if config.programs_per_sm:  # whole sets of column blocks, so each program keeps one
+            per_column = config.programs_per_sm * _sm_count(x.device) // col_blocks
+            programs = col_blocks * min(row_blocks, max(1, per_column))
         bias_gelu_kernel[(programs,)](x, bias, out, rows, cols, row_blocks, col_blocks, YBLOCK=config.YBLOCK,
                                       XBLOCK=config.XBLOCK, ROWS_FASTEST=config.rows_fastest, NO_MASK=no_mask,
                                       HALF=x.element_size() == 2, STREAMED=config.programs_per_sm > 0,

@@ -82,7 +82,7 @@ _CMPOPS: dict[type, tuple[Optional[str], Callable]] = {
 }
 _MATH1 = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "abs", "sin", "cos",
           "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "isnan", "isinf")
-_MATH2 = ("pow", "atan2", "fmod")
+_MATH2 = ("pow", "atan2", "fmod", "fast_dividef")
 
 
 def _cast_builtin(b, a):

@@ -54,7 +54,7 @@ _UNARY = {
     "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
     "isnan": torch.isnan, "isinf": torch.isinf,
 }
-_BINARY_MATH = {"pow": torch.pow, "atan2": torch.atan2, "fmod": torch.fmod}
+_BINARY_MATH = {"pow": torch.pow, "atan2": torch.atan2, "fmod": torch.fmod, "fast_dividef": torch.div}
 _SIMPLE_BINARY = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
     "and": torch.bitwise_and, "or": torch.bitwise_or, "xor": torch.bitwise_xor,

@@ -62,7 +62,7 @@ Invariants the frontend guarantees (so backends need not handle the other cases)
   ``add sub mul`` etc. never see int1 (the frontend widens to int32 first), while
   ``and or xor`` and ``math not`` (bitwise complement) do.
 - ``math``: ``isnan``/``isinf`` give int1; ``round`` rounds half to even (torch.round,
-  libdevice ``rint``); ``pow``/``atan2``/``fmod`` take two operands of one float type;
+  libdevice ``rint``); ``pow``/``atan2``/``fmod``/``fast_dividef`` take two operands of one float type;
   ``neg`` and ``abs`` take floats or integers, ``not`` integers only (bitwise
   complement, logical not on int1), the others floats only.
 - ``load`` with a mask always has ``other`` (already of the pointee type); all operands
@@ -107,7 +107,7 @@ data read again stays longest. Hints change speed, never results."""
 MATH_FNS = (
     "neg", "not", "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt",
     "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil",
-    "round", "trunc", "pow", "atan2", "fmod", "isnan", "isinf",
+    "round", "trunc", "pow", "atan2", "fmod", "fast_dividef", "isnan", "isinf",
 )
 REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
 

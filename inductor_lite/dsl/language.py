@@ -159,6 +159,12 @@ isinf = _math_stub("isinf", "int1: x is +-inf (always false for integers).")
 pow = _math2_stub("pow", "x**y in floating point (integers are computed as float32).")
 atan2 = _math2_stub("atan2", "Four-quadrant arctangent of x / y (C atan2(x, y), torch.atan2), radians.")
 fmod = _math2_stub("fmod", "C fmod: remainder with the sign of x.")
+fast_dividef = _math2_stub(
+    "fast_dividef",
+    "x / y, approximate (CUDA's ``__fdividef``, Triton's ``tl.math.fast_dividef``): in fp32 on the GPU\n"
+    "    one reciprocal and one multiply (``div.approx.f32``), within 2 ulp for 2**-126 <= |y| < 2**126\n"
+    "    (outside it the result may be 0 or lose accuracy); exact division in fp64 and in the interpreter.",
+)
 
 
 @_builtin

@@ -100,6 +100,7 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         self.shared_bytes = 0
         self._shared_written = False  # by an earlier op, in program order
         self._loop_depth = 0
+        self.ftz = fn.ftz
         self.tid = self._entry_call("llvm.nvvm.read.ptx.sreg.tid.x", "tid")
         self.lane = self.entry_b.and_(self.tid, llir.Constant(I32, WARP_SIZE - 1), name="lane")
         self.warp = self.entry_b.lshr(self.tid, llir.Constant(I32, 5), name="warp")
@@ -117,7 +118,7 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         # libdevice asks NVVMReflect "__CUDA_FTZ": 0 keeps subnormals, as torch does; 1
         # (`ir.Function.ftz`) takes its flush-to-zero paths, e.g. exp2 as one ex2.approx.ftz.
         self.module.add_named_metadata("llvm.module.flags", [llir.Constant(I32, 4), "nvvm-reflect-ftz",
-                                                             llir.Constant(I32, int(self.fn.ftz))])
+                                                             llir.Constant(I32, int(self.ftz))])
         return LoweredKernel(self.module, self.shared_bytes, self.param_types)
 
     def shared_base(self) -> llir.GlobalVariable:

@@ -114,11 +114,13 @@ def constant(t: ir.ElementType, value) -> llir.Constant:
 class ScalarCodegen:
     """Emits scalar LLVM code through ``self.b`` (an `llvmlite.ir.IRBuilder`).
 
-    Subclasses provide ``self.b`` and ``self.module``.
+    Subclasses provide ``self.b``, ``self.module`` and ``self.ftz`` (the kernel flushes
+    subnormals, `ir.Function.ftz`).
     """
 
     b: llir.IRBuilder
     module: llir.Module
+    ftz: bool
 
     # -- declarations -------------------------------------------------------------
     def declare(self, name: str, ret: llir.Type, args: list[llir.Type]) -> llir.Function:
@@ -270,6 +272,14 @@ class ScalarCodegen:
             return b.fcmp_ordered("==", absx, llir.Constant(x.type, float("inf")), name=name)
         if fn == "sqrt":
             return self.call(f"llvm.sqrt.{'f32' if x.type == F32 else 'f64'}", x.type, [x], name)
+        if fn == "fast_dividef":  # libdevice has no fp64 version: fp64 divides exactly
+            if x.type != F32:
+                return b.fdiv(x, args[1], name=name)
+            if self.ftz and isinstance(x, llir.Constant) and x.constant == 1.0:
+                # A reciprocal: ptxas gives rcp.approx.ftz one MUFU.RCP, but div.approx.ftz
+                # of 1 / y an extra FADD.FTZ after it.
+                return self.call("llvm.nvvm.rcp.approx.ftz.f", F32, [args[1]], name)
+            return self.call("__nv_fast_fdividef", F32, list(args), name)
         if fn == "sigmoid":
             one = llir.Constant(x.type, 1.0)
             e = self.libdevice("exp", [b.fneg(x)], x.type)

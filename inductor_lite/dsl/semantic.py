@@ -506,7 +506,7 @@ def math1(b: Builder, fn: str, x: Any) -> Tensor:
 
 
 def math2(b: Builder, fn: str, x: Any, y: Any) -> Tensor:
-    """Two-operand math function (pow, atan2, fmod), computed in a float type."""
+    """Two-operand math function (pow, atan2, fmod, fast_dividef), computed in a float type."""
     _check_operand(x, f"dl.{fn}")
     _check_operand(y, f"dl.{fn}")
     _no_pointer(x, f"dl.{fn}")

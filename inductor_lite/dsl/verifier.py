@@ -12,8 +12,8 @@ from .ir import BlockType, PointerType
 _HALF = (ir.float16, ir.bfloat16)
 _FLOAT_ONLY_FNS = {"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
                    "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "isnan", "isinf",
-                   "pow", "atan2", "fmod"}
-_TWO_OPERAND_FNS = {"pow", "atan2", "fmod"}
+                   "pow", "atan2", "fmod", "fast_dividef"}
+_TWO_OPERAND_FNS = {"pow", "atan2", "fmod", "fast_dividef"}
 _INTEGER_ONLY_OPS = {"floordiv", "and", "or", "xor", "shl", "shr"}
 
 
