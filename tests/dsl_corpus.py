@@ -203,15 +203,16 @@ def layernorm_welford_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, ep
 
 @dl.kernel
 def row_var_kernel(x_ptr, mean_ptr, var_ptr, rows, cols, CORRECTION: dl.constexpr,
-                   XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+                   XBLOCK: dl.constexpr, RBLOCK: dl.constexpr, WEIGHT_ONE: dl.constexpr = False):
     # Mean and variance along rows (torch.var_mean with ``correction``), in the input's
-    # compute type (fp64 stays fp64).
+    # compute type (fp64 stays fp64). WEIGHT_ONE (full rows, cols == RBLOCK): every value
+    # weighs the constant 1, not its mask (the compiler's equal-weight combine).
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
     col = dl.arange(0, RBLOCK)[None, :]
     rmask = row < rows
     mask = rmask & (col < cols)
     x = dl.load(x_ptr + row * cols + col, mask=mask, other=0.0)
-    mean, m2, n = dl.welford(x, 0.0, mask, 1, keep_dims=True)
+    mean, m2, n = dl.welford(x, 0.0, 1.0 if WEIGHT_ONE else mask, 1, keep_dims=True)
     dl.store(mean_ptr + row, mean, mask=rmask)
     dl.store(var_ptr + row, m2 / (n - CORRECTION), mask=rmask)
 
@@ -683,6 +684,14 @@ def _welford_cases(c: _Builder) -> None:
         var, mean = torch.var_mean(x.to(stat), 1, correction=correction)
         c.add(f"row_var_{dtype}_{rows}x{cols}", row_var_kernel, (x, mean, var, rows, cols),
               {"CORRECTION": correction, "XBLOCK": xblock, "RBLOCK": rblock}, _grid1(rows, xblock),
+              {1: mean, 2: var}, num_warps=warps)
+    for dtype, rows, cols, xblock, warps in [(torch.float32, 5, 2048, 1, 8), (torch.bfloat16, 6, 256, 2, None),
+                                             (torch.float64, 3, 512, 1, 4)]:
+        x = c.randn(rows, cols, dtype=dtype, scale=3.0, offset=5.0)
+        stat = torch.float64 if dtype == torch.float64 else torch.float32
+        var, mean = torch.var_mean(x.to(stat), 1, correction=0)
+        c.add(f"row_var_weight_one_{dtype}_{rows}x{cols}", row_var_kernel, (x, mean, var, rows, cols),
+              {"CORRECTION": 0, "XBLOCK": xblock, "RBLOCK": cols, "WEIGHT_ONE": True}, _grid1(rows, xblock),
               {1: mean, 2: var}, num_warps=warps)
 
 

@@ -390,6 +390,30 @@ def test_fast_dividef_is_an_approximate_division():
     assert "div.rn.f64" in ptx and "approx" not in ptx
 
 
+def _row_var(x_ptr, var_ptr, RBLOCK: dl.constexpr, WEIGHT: dl.constexpr):
+    col = dl.arange(0, RBLOCK)
+    x = dl.load(x_ptr + col)
+    weight = 1.0 if WEIGHT == "one" else (x == x).to(dl.float32)
+    _, m2, n = dl.welford(x, 0.0, weight, 0)
+    dl.store(var_ptr, m2 / n)
+
+
+def test_welford_of_raw_values_divides_once_per_thread():
+    """dl.welford(x, 0.0, w): each thread's 16 values make one state in two passes (one
+    division for the mean), not 15 states combined one division at a time; with the
+    constant weight 1 the states combine without division or lane-order selects."""
+    sig = {"x_ptr": "*fp32", "var_ptr": "*fp32"}
+    counts = {}
+    for weight in ("one", "mask"):
+        spec = dl.kernel(_row_var).specialize_signature(sig, {"RBLOCK": 2048, "WEIGHT": weight})
+        ptx = compiler.compile_ptx(dl.kernel(_row_var).build_ir(spec), cc=(9, 0), num_warps=4).ptx
+        counts[weight] = (len(re.findall(r"\bdiv\.rn\.f32", ptx)), len(re.findall(r"\bselp\.", ptx)))
+    # Mask weights: the thread's mean, then 5 shuffle levels and a tree over 4 warps (3
+    # combines), a division each, and m2 / n. Weight 1: none (n is the constant 2048).
+    assert counts["one"] == (0, 0)
+    assert counts["mask"][0] == 1 + 5 + 3 + 1 and counts["mask"][1] > 0
+
+
 _SCALE = 2.0
 
 

@@ -19,6 +19,12 @@ a constant no smaller than the axis, is the first index where ``c`` holds (else
 register offsets, and adds its own offset once, instead of materialising every index
 and taking minima.
 
+A Welford reduction of raw values (``m2`` the constant 0: ``dl.welford(x, 0.0, w,
+axis)``) does the first step in two passes over the thread's registers: the weighted
+mean, then the sum of weighted squared deviations from it. That is the exact state
+of those values, found with a few instructions a value, where combining them one at
+a time costs a division each; the threads' states then combine as any others.
+
 The reduction state is a tuple of scalars: ``(value,)`` for sum/prod/max/min,
 ``(value, index)`` for argmax/argmin (ties go to the lower index; NaN wins, as in
 torch), ``(mean, m2, weight)`` for Welford (the parallel combine of Chan et al.,
@@ -36,7 +42,7 @@ from llvmlite import ir as llir
 
 from . import ir
 from .layout import Distribution, SliceLayout, distribute
-from .nvptx_ops import F16, F32, F64, I1, I8, I16, I32, I64, LoweringError
+from .nvptx_ops import F16, F32, F64, FP_CONTRACT, I1, I8, I16, I32, I64, LoweringError
 
 State = tuple
 Combine = Callable[[State, State], State]
@@ -83,6 +89,10 @@ def _pairwise(states: list[State], combine: Combine) -> State:
         paired = [combine(states[i], states[i + 1]) for i in range(0, len(states) - 1, 2)]
         states = paired + states[len(paired) * 2:]
     return states[0]
+
+
+def _equal_constants(a: llir.Value, c: llir.Value) -> bool:
+    return isinstance(a, llir.Constant) and isinstance(c, llir.Constant) and a.constant == c.constant
 
 
 class ReduceCodegen:
@@ -140,6 +150,8 @@ class ReduceCodegen:
         """``x`` from lane ``lane ^ lane_mask`` of the same warp (any scalar type)."""
         b = self.b
         t = x.type
+        if isinstance(x, llir.Constant):  # the same in every lane
+            return x
         if t in (I64, F64):
             bits = b.bitcast(x, I64) if t == F64 else x
             lo = self.shfl_xor(b.trunc(bits, I32), lane_mask)
@@ -158,11 +170,6 @@ class ReduceCodegen:
         return self.call("llvm.nvvm.shfl.sync.bfly.i32", I32, args)
 
     # -- the three steps ------------------------------------------------------------------------
-    def reduce_states(self, states: list[State], src: Distribution, axis: int, out: Distribution,
-                      combine: Combine, commutative: bool) -> list[State]:
-        result = [_pairwise(group, combine) for group in _thread_groups(states, src, axis, out)]
-        return self._reduce_across_threads(result, src, axis, out, combine, commutative)
-
     def _reduce_across_threads(self, result: list[State], src: Distribution, axis: int, out: Distribution,
                                combine: Combine, commutative: bool) -> list[State]:
         """Steps 2 and 3: shuffles over the lane bits of ``axis``, then shared memory
@@ -193,6 +200,8 @@ class ReduceCodegen:
         for s in out.shape:
             numel *= s
         types = [c.type for c in result[0]]
+        # Components that are constants (a Welford weight) are the same everywhere.
+        constant = [all(isinstance(s[i], llir.Constant) for s in result) for i in range(len(types))]
         offsets, size = [], 0
         for t in types:
             size = (size + 15) // 16 * 16
@@ -209,18 +218,19 @@ class ReduceCodegen:
         with self._maybe_if(writer):
             for k, s in enumerate(result):
                 slot = b.add(b.mul(self.flat_index(out, k), llir.Constant(I32, groups)), warp_index)
-                for c, off in zip(s, offsets):
-                    self.smem_store(c, off, slot, c.type)
+                for c, off, fixed in zip(s, offsets, constant):
+                    if not fixed:
+                        self.smem_store(c, off, slot, c.type)
         self.barrier()
         combined = []
-        for k in range(len(result)):
+        for k, mine in enumerate(result):
             row = b.mul(self.flat_index(out, k), llir.Constant(I32, groups))
-            acc = None
+            partials = []
             for g in range(groups):
                 slot = b.add(row, llir.Constant(I32, g))
-                s = tuple(self.smem_load(off, slot, t) for t, off in zip(types, offsets))
-                acc = s if acc is None else combine(acc, s)
-            combined.append(acc)
+                partials.append(tuple(c if fixed else self.smem_load(off, slot, t)
+                                      for c, t, off, fixed in zip(mine, types, offsets, constant)))
+            combined.append(_pairwise(partials, combine))
         return combined
 
     def _maybe_if(self, pred):
@@ -267,6 +277,13 @@ class ReduceCodegen:
         def combine(a: State, c: State) -> State:
             (mean_a, m2_a, w_a), (mean_c, m2_c, w_c) = a, c
             t = mean_a.type
+            if _equal_constants(w_a, w_c) and w_a.constant > 0:
+                # Equal weights known at compile time (raw values, no mask): the mean of
+                # the means, no division, and the same bits in either order.
+                delta = b.fsub(mean_c, mean_a)
+                mean = b.fmul(b.fadd(mean_a, mean_c), llir.Constant(t, 0.5))
+                spread = b.fmul(b.fmul(delta, delta), llir.Constant(t, w_a.constant / 2))
+                return mean, b.fadd(b.fadd(m2_a, m2_c), spread), llir.Constant(t, 2 * w_a.constant)
             zero = llir.Constant(t, 0.0)
             delta = b.fsub(mean_c, mean_a)
             w = b.fadd(w_a, w_c)
@@ -319,8 +336,14 @@ class ReduceCodegen:
         else:
             if not t.is_floating:
                 raise LoweringError("welford_combine needs float operands")
-            combine, commutative = self._welford_combine(), False
-        result = self.reduce_states(states, src, axis, out, combine, commutative)
+            # Raw values of a constant weight combine symmetrically (see _welford_combine).
+            combine, commutative = self._welford_combine(), self._raw_values(op) and self._is_constant(xs[2])
+        groups = _thread_groups(states, src, axis, out)
+        if op.opcode == "welford_combine" and self._raw_values(op):
+            partials = [self._two_pass_state(g) for g in groups]
+        else:
+            partials = [_pairwise(g, combine) for g in groups]
+        result = self._reduce_across_threads(partials, src, axis, out, combine, commutative)
         if op.opcode == "argreduce":
             columns = [[s[1] for s in result]]
         else:
@@ -420,6 +443,37 @@ class ReduceCodegen:
         combine, _ = self._reduce_combine(kind, ir.float32)
         as_f32 = [(self.to_f32(h if elem != ir.float16 else b.bitcast(h, F16), elem),) for h in halves]
         return _pairwise(as_f32, combine)[0]
+
+    def _is_constant(self, v: ir.Value, value: Optional[float] = None) -> bool:
+        """``v`` is a constant block (equal to ``value``, if given)."""
+        op = self.defs.get(v.id)
+        return op is not None and op.opcode == "constant" and (value is None or op.attrs["value"] == value)
+
+    def _raw_values(self, op: ir.Op) -> bool:
+        """A Welford reduction of raw values: m2 is the constant 0."""
+        return self._is_constant(op.operands[1], 0.0)
+
+    def _two_pass_state(self, group: list[State]) -> State:
+        """The Welford state (mean, m2, weight) of a thread's (x, 0, w) registers: the
+        weighted mean, then the weighted squared deviations from it (0, 0, 0 if every
+        weight is 0). Sums are pairwise, in register order."""
+        b = self.b
+        t = group[0][0].type
+        zero = llir.Constant(t, 0.0)
+
+        def total(values: list[llir.Value]) -> llir.Value:
+            return _pairwise([(v,) for v in values], lambda a, c: (b.fadd(a[0], c[0], flags=FP_CONTRACT),))[0]
+
+        if all(isinstance(w, llir.Constant) for _, _, w in group):  # e.g. 1.0: no mask
+            weight = llir.Constant(t, sum(w.constant for _, _, w in group))
+        else:
+            weight = total([w for _, _, w in group])
+        weighted = total([b.fmul(x, w, flags=FP_CONTRACT) for x, _, w in group])
+        mean = b.select(b.fcmp_ordered("==", weight, zero), zero, b.fdiv(weighted, weight))
+        deviations = [b.fsub(x, mean, flags=FP_CONTRACT) for x, _, _ in group]
+        m2 = total([b.fmul(b.fmul(d, d, flags=FP_CONTRACT), w, flags=FP_CONTRACT)
+                    for d, (_, _, w) in zip(deviations, group)])
+        return mean, m2, weight
 
     def _lower_welford_elementwise(self, op: ir.Op) -> None:
         if len(op.operands) != 6:
