@@ -24,7 +24,8 @@ def fake_cuda(monkeypatch, tmp_path):
     timed = []
     seconds = {"a": 3e-6, "b": 1e-6, "c": 2e-6}
 
-    def fake_time(fns, device):
+    def fake_time(fns, device, calls=None):
+        fake_time.calls.append(calls)
         out = []
         for fn in fns:
             try:
@@ -36,6 +37,8 @@ def fake_cuda(monkeypatch, tmp_path):
             out.append(seconds[fake_time.last])
         return out
 
+    fake_time.calls = []
+    fake_time.seconds = seconds
     monkeypatch.setattr(autotune, "_time", fake_time)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "fake GPU")
     autotune.clear_memory()
@@ -148,3 +151,18 @@ def test_an_unwritable_cache_dir_still_tunes(fake_cuda, tmp_path):
     blocker.write_text("not a directory")
     with config.patch(cache_dir=str(blocker)):
         assert autotune.autotune("k", 1, ["a", "b"], _run(fake_time), CUDA) == "b"
+
+
+def test_close_candidates_are_timed_again_longer(fake_cuda):
+    """Candidates within FINALIST_MARGIN of the fastest get a second, longer round,
+    whose times decide; the others are not timed again."""
+    timed, fake_time = fake_cuda
+    first = {"a": 1.01e-6, "b": 1.0e-6, "c": 2e-6}
+    second = {"a": 0.9e-6, "b": 1.0e-6}
+
+    def run(candidate):
+        fake_time.last = candidate
+        fake_time.seconds[candidate] = (second if len(fake_time.calls) > 1 else first)[candidate]
+    assert autotune.autotune("k", (1,), ["a", "b", "c"], run, CUDA) == "a"
+    assert fake_time.calls == [None, autotune.FINAL_CALLS]
+    assert timed == ["a", "b", "c", "b", "a"]
