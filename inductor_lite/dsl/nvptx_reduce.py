@@ -314,35 +314,8 @@ class ReduceCodegen:
         out_shape = op.results[0].type.shape
         out = distribute(out_layout, out_shape)
         elem = xs[0].type.element
-        t = self._compute_type(elem)
-        partial = self._special_thread_partials(op, layout, src, axis, out) if op.opcode == "reduce" else None
-        if partial is not None:  # in-thread step done; the rest as for any max/min
-            combine, commutative = self._reduce_combine(op.attrs["combine"], t)
-            result = self._reduce_across_threads(partial, src, axis, out, combine, commutative)
-            self.bind_result(op.results[0], out_layout, [s[0] for s in result])
-            return
-        cols = [[self.to_compute(r, elem) for r in self.regs(x, layout)] for x in xs]
-        states = list(zip(*cols))
-        if op.opcode == "reduce":
-            combine, commutative = self._reduce_combine(op.attrs["combine"], t)
-        elif op.opcode == "argreduce":
-            kind = op.attrs["combine"]
-            if kind not in ("argmax", "argmin"):
-                raise LoweringError(f"unknown argreduce {kind!r}")
-            coord = self.thread_coord(src, axis)
-            idx = [self.b.add(coord, llir.Constant(I32, src.reg_offsets[j][axis])) for j in range(src.num_regs)]
-            states = [s + (i,) for s, i in zip(states, idx)]
-            combine, commutative = self._arg_combine(kind, t), True
-        else:
-            if not t.is_floating:
-                raise LoweringError("welford_combine needs float operands")
-            # Raw values of a constant weight combine symmetrically (see _welford_combine).
-            combine, commutative = self._welford_combine(), self._raw_values(op) and self._is_constant(xs[2])
-        groups = _thread_groups(states, src, axis, out)
-        if op.opcode == "welford_combine" and self._raw_values(op):
-            partials = [self._two_pass_state(g) for g in groups]
-        else:
-            partials = [_pairwise(g, combine) for g in groups]
+        combine, commutative = self._combine_of(op, self._compute_type(elem))
+        partials = self._thread_partials(op, layout, src, axis, out, combine)
         result = self._reduce_across_threads(partials, src, axis, out, combine, commutative)
         if op.opcode == "argreduce":
             columns = [[s[1] for s in result]]
@@ -351,11 +324,29 @@ class ReduceCodegen:
         for value, regs in zip(op.results, columns):
             self.bind_result(value, out_layout, list(regs))
 
-    def _special_thread_partials(self, op: ir.Op, layout, src: Distribution, axis: int,
-                                 out: Distribution) -> Optional[list[State]]:
-        """Each thread's combined registers for the two cases of the module docstring
-        (a first-index search; max/min over half values on sm_80+), or None."""
-        kind, x = op.attrs["combine"], op.operands[0]
+    def _combine_of(self, op: ir.Op, t: ir.DType) -> tuple[Combine, bool]:
+        """The state combine of a reduction op over compute type ``t``, and whether it
+        is commutative (else shuffles order its operands by lane)."""
+        if op.opcode == "reduce":
+            return self._reduce_combine(op.attrs["combine"], t)
+        if op.opcode == "argreduce":
+            kind = op.attrs["combine"]
+            if kind not in ("argmax", "argmin"):
+                raise LoweringError(f"unknown argreduce {kind!r}")
+            return self._arg_combine(kind, t), True
+        if not t.is_floating:
+            raise LoweringError("welford_combine needs float operands")
+        # Raw values of a constant weight combine symmetrically (see _welford_combine).
+        return self._welford_combine(), self._raw_values(op) and self._is_constant(op.operands[2])
+
+    def _thread_partials(self, op: ir.Op, layout, src: Distribution, axis: int, out: Distribution,
+                         combine: Combine) -> list[State]:
+        """Step 1: each thread's registers combined, one state per output register. The
+        special cases of the module docstring (a first-index search; max/min over half
+        values on sm_80+; Welford of raw values) have their own in-thread code; the
+        rest is a balanced tree of ``combine``."""
+        kind = op.attrs.get("combine")
+        x = op.operands[0]
         first = self._first_index_pattern(x, axis) if kind == "min" else None
         if first is not None:
             cond, sentinel = first
@@ -367,7 +358,16 @@ class ReduceCodegen:
         if half is not None:
             groups = _thread_groups(self.regs(half, layout), src, axis, out)
             return [(self._packed_extreme(g, kind, half.type.element),) for g in groups]
-        return None
+        elem = x.type.element
+        states = list(zip(*[[self.to_compute(r, elem) for r in self.regs(v, layout)] for v in op.operands]))
+        if op.opcode == "argreduce":
+            coord = self.thread_coord(src, axis)
+            states = [s + (self.b.add(coord, llir.Constant(I32, src.reg_offsets[j][axis])),)
+                      for j, s in enumerate(states)]
+        groups = _thread_groups(states, src, axis, out)
+        if op.opcode == "welford_combine" and self._raw_values(op):
+            return [self._two_pass_state(g) for g in groups]
+        return [_pairwise(g, combine) for g in groups]
 
     def _first_index_pattern(self, x: ir.Value, axis: int):
         """(c, n) if ``x`` is ``where(c, i, n)`` over int32 with ``i`` the index along
