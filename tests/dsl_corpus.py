@@ -353,6 +353,17 @@ def grid_stride_kernel(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
         dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
 
 
+@dl.kernel
+def softmax_row_loop_kernel(x_ptr, out_ptr, rows, cols, RBLOCK: dl.constexpr):
+    # Programs stride over rows: a loop whose loads num_stages > 1 streams ahead.
+    col = dl.arange(0, RBLOCK)
+    cmask = col < cols
+    for row in range(dl.program_id(0), rows, dl.num_programs(0)):
+        x = dl.load(x_ptr + row * cols + col, mask=cmask, other=float("-inf")).to(dl.float32)
+        e = dl.exp(x - dl.max(x, 0))
+        dl.store(out_ptr + row * cols + col, (e / dl.sum(e, 0)).to(out_ptr.dtype.element), mask=cmask)
+
+
 # ----------------------------------------------------------------------------- cases
 
 
@@ -362,7 +373,7 @@ class Case:
 
     ``expected`` maps an index into ``args`` (an output tensor) to the tensor it must
     hold after the launch; ``launch()`` runs ``kernel[grid](*args, num_warps=...,
-    **constexprs)``.
+    num_stages=..., **constexprs)``.
     """
 
     name: str
@@ -373,9 +384,10 @@ class Case:
     expected: dict[int, torch.Tensor]
     num_warps: Optional[int] = None
     exact: bool = False  # floats must match exactly too (max, min: the result is an input)
+    num_stages: int = 1
 
     def launch(self) -> None:
-        self.kernel[self.grid](*self.args, num_warps=self.num_warps, **self.constexprs)
+        self.kernel[self.grid](*self.args, num_warps=self.num_warps, num_stages=self.num_stages, **self.constexprs)
 
 
 TOLERANCES = {
@@ -711,6 +723,20 @@ def _misc_cases(c: _Builder) -> None:
           {1: want})
     x = c.randn(1000)
     c.add("grid_stride_loop", grid_stride_kernel, (x, None, 1000), {"BLOCK": 64}, (3,), {1: x * 2})
+    # Accesses of 2, 4 and 8 bytes a thread (int8 over 1 and 2 warps, fp64); n divisible
+    # by 16 keeps the masks constant over the wider ones.
+    for dtype, n, block, warps in [(torch.int8, 1001, 64, 1), (torch.int8, 1008, 256, 2),
+                                   (torch.float64, 1008, 128, 4)]:
+        x = c.randint(-60, 60, n, dtype=dtype) if dtype == torch.int8 else c.randn(n, dtype=dtype)
+        c.add(f"grid_stride_loop_{dtype}_{block}", grid_stride_kernel, (x, None, n), {"BLOCK": block}, (3,),
+              {1: x * 2}, num_warps=warps)
+    # More programs than rows (some run no iteration), rows not a multiple of programs.
+    for dtype, rows, cols, rblock, programs in [(torch.float32, 37, 100, 128, 5), (torch.bfloat16, 9, 1008, 1024, 4),
+                                                (torch.float16, 2, 17, 32, 4)]:
+        x = c.randn(rows, cols, dtype=dtype, scale=3.0)
+        want = torch.softmax(x.double(), -1).to(dtype)
+        c.add(f"softmax_row_loop_{dtype}_{rows}x{cols}", softmax_row_loop_kernel, (x, None, rows, cols),
+              {"RBLOCK": rblock}, (programs,), {1: want})
     x = c.randn(1)
     c.add("add_size1_big_block", add_kernel, (x, x, None, 1), {"BLOCK": 1024}, (1,), {2: x + x})
 

@@ -322,7 +322,7 @@ def _captured_launches(name: str, rows: int, cols: int, dtype: torch.dtype, monk
     """The (kernel, args, constexprs, num_warps) the launcher of ``name`` would run,
     captured instead of run (the inputs are uninitialised: only their shapes count)."""
     launches = []
-    monkeypatch.setattr(dl.Kernel, "run", lambda self, grid, args, constexprs, num_warps=None:
+    monkeypatch.setattr(dl.Kernel, "run", lambda self, grid, args, constexprs, num_warps=None, num_stages=1:
                         launches.append((self, tuple(args), dict(constexprs), num_warps)))
     spec = bench.BENCHES[name]
     like = spec.make_inputs(2, cols, dtype, torch.device("cpu"), torch.Generator().manual_seed(0))

@@ -299,9 +299,9 @@ def test_generated_kernels_compile_to_ptx(name, monkeypatch):
     launches = []
     original = Kernel.run
 
-    def record(self, grid, args, constexprs, num_warps=None):
+    def record(self, grid, args, constexprs, num_warps=None, num_stages=1):
         launches.append((self, tuple(args), dict(constexprs), num_warps))
-        return original(self, grid, args, constexprs, num_warps)
+        return original(self, grid, args, constexprs, num_warps, num_stages)
 
     monkeypatch.setattr(Kernel, "run", record)
     fn, inputs = PTX_CASES[name]

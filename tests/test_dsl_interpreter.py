@@ -151,10 +151,10 @@ def test_cuda_tensors_dispatch_to_the_runtime_launcher(monkeypatch):
     monkeypatch.setitem(sys.modules, "inductor_lite.runtime.launcher", fake)
     monkeypatch.setattr(dl.Kernel, "_device_of", lambda self, args: torch.device("cuda", 0))
     x = torch.randn(8)
-    copy_kernel[lambda meta: (meta["BLOCK"] // 4, meta["num_warps"])](x, x, 8, BLOCK=8)
-    copy_kernel[(3,)](x, x, 8, BLOCK=8, num_warps=8)
-    assert launched[0] == (copy_kernel, (2, config.num_warps), (x, x, 8), {"BLOCK": 8}, config.num_warps)
-    assert launched[1] == (copy_kernel, (3,), (x, x, 8), {"BLOCK": 8}, 8)
+    copy_kernel[lambda meta: (meta["BLOCK"] // 4, meta["num_warps"], meta["num_stages"])](x, x, 8, BLOCK=8)
+    copy_kernel[(3,)](x, x, 8, BLOCK=8, num_warps=8, num_stages=3)
+    assert launched[0] == (copy_kernel, (2, config.num_warps, 1), (x, x, 8), {"BLOCK": 8}, config.num_warps, 1)
+    assert launched[1] == (copy_kernel, (3,), (x, x, 8), {"BLOCK": 8}, 8, 3)
 
 
 def test_arguments_bind_by_keyword_too():

@@ -246,7 +246,7 @@ def _all_cases(device: str) -> list[dsl_corpus.Case]:
 def _compile_case(case: dsl_corpus.Case, cc) -> compiler.CompiledPTX:
     spec = case.kernel.specialize(case.args, case.constexprs)
     fn = case.kernel.build_ir(spec)
-    return compiler.compile_ptx(fn, cc=cc, num_warps=case.num_warps or 4)
+    return compiler.compile_ptx(fn, cc=cc, num_warps=case.num_warps or 4, num_stages=case.num_stages)
 
 
 def _unique_cases():
@@ -649,6 +649,43 @@ def test_unsupported_ir_raises_compilation_error():
         compiler.compile_ptx(scalar_sum_kernel(64), cc=(9, 0), num_warps=3)
 
 
+def _case(name: str, **changes) -> dsl_corpus.Case:
+    return dataclasses.replace(next(c for c in _all_cases("cpu") if c.name == name), **changes)
+
+
+@needs_assembler
+@pytest.mark.parametrize("num_stages", [2, 3])
+def test_num_stages_streams_loop_loads_through_shared_memory(num_stages):
+    """bf16 rows of 1024 over 4 warps: one 16-byte copy a thread an iteration, issued
+    num_stages - 1 iterations ahead into num_stages buffers of 128 x 16 bytes; no
+    global load is left, and the loop waits for all but num_stages - 1 groups."""
+    plain = _compile_case(_case("softmax_row_loop_torch.bfloat16_9x1008"), (9, 0))
+    out = _compile_case(_case("softmax_row_loop_torch.bfloat16_9x1008", num_stages=num_stages), (9, 0))
+    assembler.check_ptx_assembles(out.ptx, (9, 0))
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[%rd\d+\], \[%rd\d+\], 16, %r\d+;", out.ptx)
+    assert len(copies) == num_stages  # the prologue's num_stages - 1, the loop's one
+    assert f"cp.async.wait_group {num_stages - 1};" in out.ptx and "cp.async.wait_group 0;" in out.ptx
+    assert out.ptx.count("cp.async.commit_group;") == num_stages
+    assert not re.search(r"ld\.global", out.ptx) and re.search(r"ld\.global", plain.ptx)
+    assert "cp.async" not in plain.ptx
+    assert out.shared_bytes == num_stages * 128 * 16 + plain.shared_bytes
+
+
+@pytest.mark.parametrize("name, copy", [
+    ("grid_stride_loop_torch.int8_256", r"cp\.async\.ca\.shared\.global \[%rd\d+\], \[%rd\d+\], 4, %r\d+;"),
+    ("grid_stride_loop_torch.float64_128", r"cp\.async\.ca\.shared\.global \[%rd\d+\], \[%rd\d+\], 8, %r\d+;"),
+    ("grid_stride_loop_torch.int8_64", None),  # 2 bytes a thread: narrower than any copy
+    ("row_sum_pointer_loop", None),  # the pointer is loop-carried
+])
+def test_which_loads_are_pipelined(name, copy):
+    ptx = _compile_case(_case(name, num_stages=2), (9, 0)).ptx
+    if copy is None:
+        assert "cp.async" not in ptx
+    else:
+        assert len(re.findall(copy, ptx)) == 2
+    assert "cp.async" not in _compile_case(_case(name, num_stages=2), (7, 5)).ptx  # sm_80 and newer only
+
+
 # ----------------------------------------------------------------------------- GPU
 
 
@@ -691,6 +728,21 @@ def _gpu_cases_with_warps(num_warps: int) -> dict[str, dsl_corpus.Case]:
 @pytest.mark.parametrize("name", WARPS_CASES)
 def test_every_num_warps_on_gpu(name, num_warps):
     dsl_corpus.check(_gpu_cases_with_warps(num_warps)[name])
+
+
+_LOOP_NAMES = [c.name for c in _all_cases("cpu") if re.search(r"\bfor .* in range\(", c.kernel.source)]
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_cases_with_stages(num_stages: int) -> dict[str, dsl_corpus.Case]:
+    return {c.name: dataclasses.replace(c, num_stages=num_stages) for c in _all_cases("cuda")}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_stages", [2, 3])
+@pytest.mark.parametrize("name", _LOOP_NAMES)
+def test_loop_cases_pipelined_on_gpu(name, num_stages):
+    dsl_corpus.check(_gpu_cases_with_stages(num_stages)[name])
 
 
 @pytest.mark.gpu

@@ -55,8 +55,11 @@ def stub(fake_driver, monkeypatch):  # noqa: F811
     """The fake driver plus a fake compiler: records the ArgSpecs of every build."""
     built = []
 
-    def compile_ptx(fn, *, cc, num_warps):
+    stages = []
+
+    def compile_ptx(fn, *, cc, num_warps, num_stages=1):
         built.append(tuple(fn.args))
+        stages.append(num_stages)
         param_types = tuple("ptr" if type_string(a.type)[0] == "*" else _PARAM_TYPES[type_string(a.type)]
                             for a in fn.args)
         return types.SimpleNamespace(name=fn.name, llvm_ir="", ptx=f"// {fn.name} {len(built)}", cc=cc,
@@ -66,7 +69,7 @@ def stub(fake_driver, monkeypatch):  # noqa: F811
     monkeypatch.setattr(launcher, "ptx_to_cubin", lambda ptx, cc: b"CUBIN:" + ptx.encode())
     monkeypatch.setattr(launcher, "toolchain_versions", lambda: dict(TOOLCHAIN))
     fake_driver.param_types = ("ptr", "ptr", "i32", "f32")
-    return types.SimpleNamespace(driver=fake_driver, built=built)
+    return types.SimpleNamespace(driver=fake_driver, built=built, stages=stages)
 
 
 def tensors():
@@ -142,6 +145,20 @@ def test_bound_launcher_rejects_a_wrongly_bound_kind_and_bad_setup(stub):
     with pytest.raises(ValueError, match="num_warps"):
         launcher.bind_launcher(axpy_kernel, 0, ("tensor", "tensor", "int", "float"), 64, XBLOCK=32)
     assert stub.driver.launches == []
+
+
+def test_num_stages_is_part_of_the_key_and_checked(stub):
+    x, _, out = tensors()
+    for stages in (1, 2, 2, 1):
+        axpy_kernel[(1,)](x, out, 32, 1.0, XBLOCK=32, num_stages=stages)
+    bound = launcher.bind_launcher(axpy_kernel, 0, ("tensor", "tensor", "int", "float"), 4, num_stages=3, XBLOCK=32)
+    bound((1, 1, 1), x, out, 32, 1.0)
+    assert stub.stages == [1, 2, 3] and len(stub.driver.launches) == 5
+    for bad in (0, 9, 2.0, True):
+        with pytest.raises(ValueError, match="num_stages must be an int in"):
+            axpy_kernel[(1,)](x, out, 32, 1.0, XBLOCK=32, num_stages=bad)
+    with pytest.raises(ValueError, match="num_stages"):
+        launcher.bind_launcher(axpy_kernel, 0, ("tensor", "tensor", "int", "float"), 4, num_stages=0, XBLOCK=32)
 
 
 def test_bound_launcher_empty_grid_memory_cache_and_interpreter(stub):

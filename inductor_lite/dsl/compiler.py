@@ -105,8 +105,10 @@ def _check_lowerable(module: llvm.ModuleRef, name: str) -> None:
         raise NVPTXCompilationError(name, None, f"LLVM IR calls {bad}, which NVPTX cannot lower")
 
 
-def compile_ptx(fn: ir.Function, *, cc: tuple[int, int], num_warps: int) -> CompiledPTX:
-    """Compile ``fn`` to PTX for compute capability ``cc`` and ``num_warps`` warps.
+def compile_ptx(fn: ir.Function, *, cc: tuple[int, int], num_warps: int, num_stages: int = 1) -> CompiledPTX:
+    """Compile ``fn`` to PTX for compute capability ``cc`` and ``num_warps`` warps;
+    ``num_stages >= 2`` pipelines the loads of ``for`` loops that many stages deep
+    (`nvptx_pipeline`; sm_80+).
 
     Raises:
         NVPTXCompilationError: the IR uses something the backend does not support, or
@@ -116,7 +118,7 @@ def compile_ptx(fn: ir.Function, *, cc: tuple[int, int], num_warps: int) -> Comp
     cc = (int(cc[0]), int(cc[1]))
     try:
         tm = target_machine(cc)
-        lowered = lower(fn, num_warps=num_warps, data_layout=str(tm.target_data), cc=cc)
+        lowered = lower(fn, num_warps=num_warps, data_layout=str(tm.target_data), cc=cc, num_stages=num_stages)
     except (LoweringError, ValueError) as e:
         raise NVPTXCompilationError(fn.name, getattr(e, "loc", None), str(e)) from e
     text = str(lowered.module)

@@ -26,6 +26,7 @@ from .layout import WARP_SIZE, Distribution, Layout, SliceLayout, distribute, lo
 from .nvptx_layouts import FREE, plan_layouts
 from .nvptx_memory import MemoryCodegen
 from .nvptx_ops import F32, F64, GLOBAL_PTR, I8, I32, I64, SHARED_PTR, LoweringError, ScalarCodegen, constant, reg_type
+from .nvptx_pipeline import PipelineCodegen, plan_pipelines
 from .nvptx_reduce import ReduceCodegen
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -70,8 +71,8 @@ class LoweredKernel:
     param_types: tuple[str, ...]
 
 
-class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
-    def __init__(self, fn: ir.Function, num_warps: int, data_layout: str, cc: tuple[int, int]):
+class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
+    def __init__(self, fn: ir.Function, num_warps: int, data_layout: str, cc: tuple[int, int], num_stages: int = 1):
         if num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32:
             raise LoweringError(f"num_warps={num_warps} must be a power of two between 1 and 32")
         self.fn = fn
@@ -79,6 +80,11 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         self.cc = tuple(cc)
         self.axis = analyze(fn)
         self.plan = plan_layouts(fn, num_warps, self.axis)
+        self.num_stages = num_stages
+        # The pipeline buffers take the start of shared memory; reduction and layout
+        # conversion scratch comes after them.
+        self.pipelines, self.scratch_offset = plan_pipelines(fn, self.plan, self.axis, num_stages, num_warps, cc)
+        self._pipelined: dict = {}
         self.defs: dict[int, ir.Op] = {r.id: op for op in fn.walk() for r in op.results}
         self.module = llir.Module(name=fn.name)
         self.module.triple = TRIPLE
@@ -97,7 +103,7 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         self.scopes: list[dict] = [{}]
         self._thread_cache: dict = {}
         self._shared: Optional[llir.GlobalVariable] = None
-        self.shared_bytes = 0
+        self.shared_bytes = self.scratch_offset
         self._shared_written = False  # by an earlier op, in program order
         self._loop_depth = 0
         self.ftz = fn.ftz
@@ -134,7 +140,7 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
 
     def reserve_shared(self, nbytes: int) -> None:
         self.shared_base()
-        self.shared_bytes = max(self.shared_bytes, (nbytes + 15) // 16 * 16)
+        self.shared_bytes = max(self.shared_bytes, self.scratch_offset + (nbytes + 15) // 16 * 16)
 
     def barrier(self) -> None:
         self.b.call(self.declare("llvm.nvvm.barrier0", llir.VoidType(), []), [])
@@ -449,14 +455,27 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         return self._elementwise(op, layout, lambda x: self.bitcast(x, src, dst, op.result.name))
 
     def emit_load(self, op, layout):
+        if id(op) in self._pipelined:
+            return self.pipeline_read(op, layout)
         return self.lower_load(op, layout)
 
     # -- loops ---------------------------------------------------------------------------------------
     def lower_for(self, op: ir.Op) -> None:
+        pipe = self.pipelines.get(id(op))
+        if pipe is None:
+            self._lower_loop(op)
+        else:
+            self.lower_pipelined_for(op, pipe, lambda *hooks: self._lower_loop(op, *hooks))
+
+    def _lower_loop(self, op: ir.Op, prologue=None, body_start=None, next_stage=None) -> None:
+        """The loop as header (phis, exit test), body and latch. The optional hooks
+        (`PipelineCodegen.lower_pipelined_for`) add an i32 stage counter phi."""
         b = self.b
         iv = op.attrs["iv"]
         iv_t = reg_type(iv.type.element)
         lb, ub, step = (self._as_int(self.scalar(o), iv_t) for o in op.operands[:3])
+        if prologue is not None:
+            prologue(lb, ub, step)
         inits = op.operands[3:]
         homes = [self.plan.placed(r) for r in op.results]
         init_regs = [self.operand_regs(i, h) for i, h in zip(inits, homes)]
@@ -469,6 +488,9 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         b.position_at_end(header)
         iv_phi = b.phi(iv_t, name=iv.name)
         iv_phi.add_incoming(lb, pre)
+        if body_start is not None:
+            stage = b.phi(I32, name=f"{tag}.stage")
+            stage.add_incoming(llir.Constant(I32, 0), pre)
         phis = []
         for regs in init_regs:
             row = []
@@ -485,6 +507,8 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         self.bind_scalar(iv, iv_phi)
         for c, h, row in zip(op.attrs["carried"], homes, phis):
             self.bind_result(c, h, row)
+        if body_start is not None:
+            body_start(iv_phi, stage)
         ops = op.attrs["body"].ops
         if not ops or ops[-1].opcode != "yield":
             raise LoweringError("a for loop body must end with yield")
@@ -495,6 +519,8 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
             for phi, r in zip(row, regs):
                 phi.add_incoming(r, latch)
         iv_phi.add_incoming(b.add(iv_phi, step), latch)
+        if next_stage is not None:
+            stage.add_incoming(next_stage(stage), latch)
         b.branch(header)
         self._loop_depth -= 1
         self.scopes.pop()
@@ -508,15 +534,17 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen):
         return self.b.sext(x, t) if x.type.width < t.width else self.b.trunc(x, t)
 
 
-def lower(fn: ir.Function, *, num_warps: int, cc: tuple[int, int], data_layout: str = "") -> LoweredKernel:
+def lower(fn: ir.Function, *, num_warps: int, cc: tuple[int, int], data_layout: str = "",
+          num_stages: int = 1) -> LoweredKernel:
     """Lower ``fn`` to an ``llvmlite.ir`` module for ``num_warps`` warps per program on
-    compute capability ``cc``.
+    compute capability ``cc``; ``num_stages >= 2`` pipelines loop loads through shared
+    memory (`nvptx_pipeline`).
 
     Raises:
         LoweringError: an op, type or shape this backend does not support (the message
             names it).
     """
-    lowering = _Lowering(fn, num_warps, data_layout, cc)
+    lowering = _Lowering(fn, num_warps, data_layout, cc, num_stages)
     lowering.lower_args()
     lowering.lower_block(fn.body)
     return lowering.finish()

@@ -52,6 +52,26 @@ def contiguous_run(dist: Distribution) -> tuple[int, int]:
     return dim, 1 << n
 
 
+def access_width(axis: dict, dist: Distribution, ptr: ir.Value, mask) -> int:
+    """Elements of ``ptr``'s block one thread moves in one access (a power of two, at
+    most 16 bytes): consecutive registers that the axis analysis (``axis``) proves
+    contiguous and aligned in memory and, if ``mask`` is given, under one mask value."""
+    dim, run = contiguous_run(dist)
+    if run == 1:
+        return 1
+    elem = ptr.type.element.element
+    mask_info = axis.get(mask.id) if mask is not None else None
+    return min(run, vector_width(axis[ptr.id], element_bytes(elem), dim, mask_info))
+
+
+def mask_operand(axis: dict, v):
+    """A load's or store's mask, or None for an absent or provably all-true one."""
+    if v is None:
+        return None
+    info = axis.get(v.id)
+    return None if info is not None and info.constant == 1 else v
+
+
 class MemoryCodegen:
     """Mixin of the NVPTX lowering: ``load``/``store`` ops."""
 
@@ -201,19 +221,10 @@ class MemoryCodegen:
 
     # -- ops ------------------------------------------------------------------------------
     def _mask_operand(self, v):
-        """None for an absent or provably all-true mask."""
-        if v is None:
-            return None
-        info = self.axis.get(v.id)
-        return None if info is not None and info.constant == 1 else v
+        return mask_operand(self.axis, v)
 
     def _access_width(self, dist: Distribution, ptr: ir.Value, mask) -> int:
-        dim, run = contiguous_run(dist)
-        if run == 1:
-            return 1
-        elem = ptr.type.element.element
-        mask_info = self.axis.get(mask.id) if mask is not None else None
-        return min(run, vector_width(self.axis[ptr.id], element_bytes(elem), dim, mask_info))
+        return access_width(self.axis, dist, ptr, mask)
 
     def lower_load(self, op: ir.Op, layout) -> list[llir.Value]:
         ptr = op.operands[0]

@@ -101,7 +101,8 @@ class ReduceCodegen:
 
     # -- shared memory --------------------------------------------------------------------
     def smem_at(self, byte_offset: int, index: llir.Value, t: llir.Type) -> llir.Value:
-        base = self.b.gep(self.shared_base(), [llir.Constant(I32, byte_offset)], source_etype=I8)
+        base = self.b.gep(self.shared_base(), [llir.Constant(I32, self.scratch_offset + byte_offset)],
+                          source_etype=I8)
         return self.b.gep(base, [index], source_etype=t)
 
     def smem_store(self, value, byte_offset: int, index, t) -> None:

@@ -2,15 +2,15 @@
 
 Two entry points, one per kind of caller:
 
-``launch(kernel, grid, args, constexprs, num_warps)`` validates everything (it is what
-``Kernel.run`` calls for users): ``kernel.specialize``, one dict lookup keyed by
-(kernel, spec, num_warps, device), grid checks, packing the arguments into a parameter
+``launch(kernel, grid, args, constexprs, num_warps, num_stages)`` validates everything
+(it is what ``Kernel.run`` calls for users): ``kernel.specialize``, one dict lookup keyed
+by (kernel, spec, num_warps, device, num_stages), grid checks, packing the arguments into a parameter
 buffer built once per loaded kernel (checking each tensor's device and each number's
 range), and ``cuLaunchKernel`` on torch's current stream.
 
 ``bind_launcher(kernel, device, arg_kinds, num_warps, **constexprs)`` is for generated
 wrappers, whose code already fixes the argument count and kinds, the constexprs, the
-grid's shape, num_warps, and every tensor's dtype and device. It returns a function
+grid's shape, num_warps and num_stages, and every tensor's dtype and device. It returns a function
 generated for that kernel (see `bind_launcher`) that per launch only reads the
 pointers, computes the specialisation's per-launch facts (16-byte alignment of each
 pointer, divisibility by 16 and int32 range of each int) as a tuple key, finds the
@@ -30,7 +30,7 @@ The kernel object is duck-typed (``inductor_lite.dsl.kernel.Kernel``): ``name``,
 ``source``, ``specialize(args, constexprs)`` returning a hashable specialisation with
 ``args`` (one ``ir.ArgSpec`` per runtime argument) and ``key()`` (stable across
 processes; it covers the constexprs), ``build_ir(spec)``, optional ``debug_dir``;
-`bind_launcher` also uses ``run(grid, args, constexprs, num_warps)`` when
+`bind_launcher` also uses ``run(grid, args, constexprs, num_warps, num_stages)`` when
 ``config.interpret`` is set.
 """
 
@@ -55,6 +55,7 @@ from ..config import config
 from ..counters import counters
 from ..dsl.assembler import ptx_to_cubin
 from ..dsl.compiler import compile_ptx, toolchain_versions
+from ..dsl.nvptx_pipeline import check_num_stages
 from ..logs import log_artifact
 
 # struct codes, each parameter in its own 8-byte slot ("=": standard sizes, no implicit padding)
@@ -258,7 +259,8 @@ _pinned: dict[int, Any] = {}
 
 
 def launch(
-    kernel: Any, grid: Sequence[int], args: Sequence[Any], constexprs: Mapping[str, Any], num_warps: int
+    kernel: Any, grid: Sequence[int], args: Sequence[Any], constexprs: Mapping[str, Any], num_warps: int,
+    num_stages: int = 1,
 ) -> None:
     """Run ``kernel`` on CUDA tensors, compiling and loading it on first use.
 
@@ -268,20 +270,24 @@ def launch(
         args: runtime arguments in order: CUDA tensors (all on one device) and numbers.
         constexprs: compile-time constants by name.
         num_warps: warps per program (1 to 32).
+        num_stages: software pipelining depth of loads in loops (1: none; see
+            ``inductor_lite.dsl.nvptx_pipeline``).
 
     Raises:
-        ValueError, TypeError: bad grid, arguments or num_warps; tensors not on CUDA.
+        ValueError, TypeError: bad grid, arguments, num_warps or num_stages; tensors
+            not on CUDA.
         CudaDriverError: a driver call failed; the message names the kernel.
     """
     spec = kernel.specialize(args, constexprs)
     device = _device_of(args, kernel.name)
-    loaded = _loaded.get((id(kernel), spec, num_warps, device))
+    loaded = _loaded.get((id(kernel), spec, num_warps, device, num_stages))
     if loaded is None:
-        loaded = precompile(kernel, spec, num_warps, device)
+        loaded = precompile(kernel, spec, num_warps, device, num_stages)
     loaded.launch(grid, args)
 
 
-def precompile(kernel: Any, spec: Any, num_warps: int, device: int | str | torch.device) -> LoadedKernel:
+def precompile(kernel: Any, spec: Any, num_warps: int, device: int | str | torch.device,
+               num_stages: int = 1) -> LoadedKernel:
     """Everything `launch` does before the launch: get the binary (disk cache or build),
     count, log, dump debug files, load it on ``device``. Idempotent.
 
@@ -290,18 +296,20 @@ def precompile(kernel: Any, spec: Any, num_warps: int, device: int | str | torch
         spec: ``kernel.specialize(args, constexprs)``.
         num_warps: warps per program (1 to 32).
         device: CUDA device index, ``"cuda:N"`` or a ``torch.device``.
+        num_stages: software pipelining depth of loads in loops (1: none).
 
     Raises:
-        ValueError: bad num_warps or device.
+        ValueError: bad num_warps, num_stages or device.
         CudaDriverError: a driver call failed.
     """
     device = _device_index(device)
-    key = (id(kernel), spec, num_warps, device)
+    key = (id(kernel), spec, num_warps, device, num_stages)
     loaded = _loaded.get(key)
     if loaded is not None:
         return loaded
     _check_num_warps(kernel.name, num_warps)
-    binary = _get_binary(kernel, spec, num_warps, device)
+    check_num_stages(kernel.name, num_stages)
+    binary = _get_binary(kernel, spec, num_warps, device, num_stages)
     if len(binary.param_types) != len(spec.args) or binary.num_warps != num_warps:
         raise RuntimeError(
             f"kernel {kernel.name!r}: compiled binary has {len(binary.param_types)} params and "
@@ -328,9 +336,10 @@ _PARAM_KINDS = {"ptr": "tensor", "i32": "int", "i64": "int", "f32": "float", "f6
 
 
 def bind_launcher(
-    kernel: Any, device: int | str | torch.device, arg_kinds: Sequence[str], num_warps: int, **constexprs: Any
+    kernel: Any, device: int | str | torch.device, arg_kinds: Sequence[str], num_warps: int, *,
+    num_stages: int = 1, **constexprs: Any
 ) -> Callable[..., None]:
-    """A launcher of ``kernel`` with fixed ``constexprs`` and ``num_warps`` on ``device``,
+    """A launcher of ``kernel`` with fixed ``constexprs``, ``num_warps`` and ``num_stages`` on ``device``,
     for generated wrappers: ``launch(grid, *args)``.
 
     It trusts what the wrapper's code fixes: ``grid`` is an (x, y, z) tuple of
@@ -367,7 +376,7 @@ def bind_launcher(
             what `launch` raises for bad arguments, and TypeError for an argument whose
             kind is not the bound one.
     """
-    return _Binding(kernel, _device_index(device), tuple(arg_kinds), num_warps, constexprs).launch
+    return _Binding(kernel, _device_index(device), tuple(arg_kinds), num_warps, num_stages, constexprs).launch
 
 
 # every live `_Binding`, so clear_memory_cache can empty their key -> loaded kernel tables
@@ -378,15 +387,18 @@ _binding_ids = itertools.count()
 class _Binding:
     """The state behind one `bind_launcher` function; see there."""
 
-    def __init__(self, kernel: Any, device: int, arg_kinds: tuple[str, ...], num_warps: int, constexprs: dict):
+    def __init__(self, kernel: Any, device: int, arg_kinds: tuple[str, ...], num_warps: int, num_stages: int,
+                 constexprs: dict):
         unknown = [k for k in arg_kinds if k not in ARG_KINDS]
         if unknown:
             raise ValueError(f"kernel {kernel.name!r}: unknown argument kinds {unknown}; expected each of {ARG_KINDS}")
         _check_num_warps(kernel.name, num_warps)
+        check_num_stages(kernel.name, num_stages)
         self.kernel = kernel
         self.device = device
         self.arg_kinds = arg_kinds
         self.num_warps = num_warps
+        self.num_stages = num_stages
         self.constexprs = constexprs
         self.by_key: dict[tuple, LoadedKernel] = {}
         self.launch = self._generate()
@@ -431,7 +443,7 @@ class _Binding:
             if isinstance(a, torch.Tensor) and a.get_device() != self.device:
                 raise ValueError(f"kernel {name!r}: argument {i} is on {a.device}, but the launcher is bound to "
                                  f"cuda:{self.device}")
-        loaded = precompile(self.kernel, spec, self.num_warps, self.device)
+        loaded = precompile(self.kernel, spec, self.num_warps, self.device, self.num_stages)
         for i, (kind, param) in enumerate(zip(self.arg_kinds, loaded.binary.param_types)):
             if _PARAM_KINDS[param] != kind:
                 raise TypeError(
@@ -442,7 +454,7 @@ class _Binding:
         return loaded
 
     def _interpret(self, grid: tuple, args: tuple) -> None:
-        self.kernel.run(grid, args, self.constexprs, self.num_warps)
+        self.kernel.run(grid, args, self.constexprs, self.num_warps, self.num_stages)
 
 
 def _tuple_source(items: Sequence[str]) -> str:
@@ -473,20 +485,21 @@ def _device_index(device: int | str | torch.device) -> int:
     return torch.cuda.current_device() if d.index is None else d.index
 
 
-def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int) -> CompiledBinary:
+def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int, num_stages: int) -> CompiledBinary:
     cc = driver.compute_capability(device)
-    key = cache_key(kernel.key_source(), spec.key(), num_warps, cc, toolchain_versions(), kernel.ftz)
+    key = cache_key(kernel.key_source(), spec.key(), num_warps, cc, toolchain_versions(), kernel.ftz, num_stages)
     cache = default_cache()
     binary = cache.get(key)
     if binary is not None:
         counters["cache_hits"] += 1
         log_artifact("cache", f"hit {kernel.name} {key} in {cache.directory}")
         # compile_ptx logs the PTX of what it builds; log a cached one here
-        header = f"// kernel {binary.name} (sm_{cc[0]}{cc[1]}, num_warps={num_warps}), from the cache"
+        header = (f"// kernel {binary.name} (sm_{cc[0]}{cc[1]}, num_warps={num_warps}, num_stages={num_stages}), "
+                  "from the cache")
         log_artifact("ptx", f"{header}\n{binary.ptx}")
         return binary
     with driver.bound_context(device):  # ptx_to_cubin may use the driver's linker
-        binary = _compile(kernel, spec, num_warps, cc)
+        binary = _compile(kernel, spec, num_warps, cc, num_stages)
     counters["kernels_compiled"] += 1
     cache.put(key, binary)
     stored = f"stored in {cache.directory}" if cache.enabled else "disk cache off"
@@ -494,8 +507,8 @@ def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int) -> Compiled
     return binary
 
 
-def _compile(kernel: Any, spec: Any, num_warps: int, cc: tuple[int, int]) -> CompiledBinary:
-    compiled = compile_ptx(kernel.build_ir(spec), cc=cc, num_warps=num_warps)
+def _compile(kernel: Any, spec: Any, num_warps: int, cc: tuple[int, int], num_stages: int) -> CompiledBinary:
+    compiled = compile_ptx(kernel.build_ir(spec), cc=cc, num_warps=num_warps, num_stages=num_stages)
     return CompiledBinary(
         name=compiled.name,
         cubin=ptx_to_cubin(compiled.ptx, cc),
