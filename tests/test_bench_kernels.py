@@ -134,7 +134,8 @@ def test_pointwise_kernels_match_torch(shape, dtype):
 
 def test_tile_config_is_validated():
     for bad in (dict(YBLOCK=3, XBLOCK=32), dict(YBLOCK=4, XBLOCK=0), dict(YBLOCK=4, XBLOCK=32, programs_per_sm=-1),
-                dict(YBLOCK=4, XBLOCK=32, rows_fastest=True, programs_per_sm=2)):
+                dict(YBLOCK=4, XBLOCK=32, rows_fastest=True, programs_per_sm=2), dict(YBLOCK=4, XBLOCK=32, num_stages=2),
+                dict(YBLOCK=4, XBLOCK=32, programs_per_sm=2, num_stages=0)):
         with pytest.raises(ValueError, match="TileConfig"):
             K.TileConfig(num_warps=2, **bad)
 
@@ -147,7 +148,7 @@ def test_pointwise_configs_cover_partial_blocks():
     # (the interpreter counts 1 SM): one program per column block (per_sm 1), or two
     # striding over each column's row blocks (per_sm 7).
     for config in (K.TileConfig(4, 32, 2, False), K.TileConfig(4, 32, 2, True), K.TileConfig(4, 32, 2, False, 1),
-                   K.TileConfig(4, 32, 2, False, 7)):
+                   K.TileConfig(4, 32, 2, False, 7, 3)):
         _assert_matches(K.bias_gelu(x, bias, config=config), F.gelu(x + bias), torch.float32)
 
 
@@ -346,6 +347,29 @@ def test_benchmark_launches_compile_with_16_byte_loads(name, dtype, monkeypatch)
         assembler.check_ptx_assembles(ptx, (9, 0))
         loads = re.findall(r"ld\.global\S*", ptx)
         assert loads and all(".v4." in ld for ld in loads), (kernel.name, rows, cols, sorted(set(loads)))
+
+
+@needs_assembler
+def test_streamed_bias_gelu_pipelines_its_tiles():
+    """Every streamed bias_gelu candidate (bf16) copies its x tiles into shared memory
+    with 16-byte cp.async, num_stages - 1 tiles ahead; only the bias is a global load."""
+    rows, cols = 4096, 1024
+    x, bias = torch.empty(rows, cols, dtype=torch.bfloat16), torch.empty(cols, dtype=torch.bfloat16)
+    streamed = [c for c in K.tile_candidates(rows, cols, 2) if c.programs_per_sm]
+    assert streamed and all(c.num_stages > 1 for c in streamed)
+    for config in streamed:
+        spec = K.bias_gelu_kernel.specialize(
+            (x, bias, torch.empty_like(x), rows, cols, rows // config.YBLOCK, 1),
+            dict(YBLOCK=config.YBLOCK, XBLOCK=config.XBLOCK, ROWS_FASTEST=False, NO_MASK=True, HALF=True,
+                 STREAMED=True))
+        fn = K.bias_gelu_kernel.build_ir(spec)
+        ptx = compiler.compile_ptx(fn, cc=(9, 0), num_warps=config.num_warps, num_stages=config.num_stages).ptx
+        plain = compiler.compile_ptx(fn, cc=(9, 0), num_warps=config.num_warps).ptx
+        assembler.check_ptx_assembles(ptx, (9, 0))
+        assert re.search(r"cp\.async\.cg\.shared\.global \[%rd\d+\], \[%rd\d+\], 16,", ptx), config
+        assert f"cp.async.wait_group {config.num_stages - 1};" in ptx, config
+        loads = lambda text: len(re.findall(r"ld\.global", text))  # noqa: E731
+        assert loads(ptx) == loads(plain) - config.YBLOCK * config.XBLOCK * 2 // (16 * 32 * config.num_warps), config
 
 
 def test_argmax_first_index_is_one_select_per_value():

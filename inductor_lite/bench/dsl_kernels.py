@@ -97,12 +97,15 @@ class TileConfig:
     program of a 1-D grid. ``rows_fastest``: consecutive programs take consecutive row
     blocks (else consecutive column blocks, which walks memory in order).
     ``programs_per_sm > 0``: a *streamed* launch, about ``programs_per_sm`` programs per
-    SM, each keeping one column block and striding over its row blocks, loading its
-    next tile before computing the current one. YBLOCK and XBLOCK are powers of two.
+    SM, each keeping one column block and striding over its row blocks, with its tile
+    loads pipelined ``num_stages`` deep (the launch's ``num_stages``: tiles stream
+    ahead through shared memory while GELU's arithmetic runs). YBLOCK and XBLOCK are
+    powers of two.
 
     Raises:
-        ValueError: a block size that is not a power of two, ``programs_per_sm < 0``, or
-            ``rows_fastest`` with a streamed launch (which has no such order).
+        ValueError: a block size that is not a power of two, ``programs_per_sm < 0``,
+            ``rows_fastest`` or ``num_stages != 1`` without a streamed launch, or
+            ``rows_fastest`` with one (which has no such order).
     """
 
     YBLOCK: int
@@ -110,16 +113,20 @@ class TileConfig:
     num_warps: int
     rows_fastest: bool = False
     programs_per_sm: int = 0
+    num_stages: int = 1
 
     def __post_init__(self):
         if (any(b < 1 or b & (b - 1) for b in (self.YBLOCK, self.XBLOCK)) or self.programs_per_sm < 0
-                or (self.programs_per_sm and self.rows_fastest)):
+                or (self.programs_per_sm and self.rows_fastest) or self.num_stages < 1
+                or (self.num_stages > 1 and not self.programs_per_sm)):
             raise ValueError(f"bad TileConfig {self!r}: YBLOCK and XBLOCK must be powers of two, "
-                             "programs_per_sm >= 0, and a streamed launch has no rows_fastest order")
+                             "programs_per_sm >= 0, a streamed launch has no rows_fastest order, and only "
+                             "a streamed launch has num_stages > 1")
 
     def __str__(self) -> str:
+        """``4x1024 w4``, ``2x1024 w4 rows-first`` or ``stream 2x1024 w4 4/SM s2`` (s: num_stages)."""
         order = " rows-first" if self.rows_fastest else ""
-        stream = f" {self.programs_per_sm}/SM" if self.programs_per_sm else ""
+        stream = f" {self.programs_per_sm}/SM s{self.num_stages}" if self.programs_per_sm else ""
         return f"{'stream ' if stream else ''}{self.YBLOCK}x{self.XBLOCK} w{self.num_warps}{order}{stream}"
 
 
@@ -193,9 +200,12 @@ def tile_config(rows: int, cols: int, element_size: int) -> TileConfig:
 def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]:
     """What the autotuner times for `bias_gelu` (the default first): 4 or 8 warps, up to
     1024 columns, 32 to 128 bytes per thread, programs in either order, and for half
-    inputs streamed launches of 2 to 8 programs per SM. (On an H200, column blocks first
-    was 3-7% faster in fp32, and rows first 8% faster in bf16, where GELU's arithmetic,
-    not memory, is the limit; streaming was 1-4% faster in bf16, 5% slower in fp32.)"""
+    inputs streamed launches of 2 to 8 programs per SM with 16 or 32 bytes per thread
+    and 2 or 4 stages, the five best of 64 such launches on an H200. (There, column
+    blocks first was 3-7% faster in fp32, and rows first 8% faster in bf16, where
+    GELU's arithmetic, not memory, is the limit; streamed and pipelined launches
+    reached 86-87% of copy bandwidth in bf16, against 84-85% for the best tiles, and
+    were 2-3% slower in fp32.)"""
     default = tile_config(rows, cols, element_size)
     xblock = min(1024, next_power_of_2(cols))
     options = []
@@ -205,9 +215,10 @@ def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]
                 yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
                 options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, rows_fastest))
     if element_size < 4:  # streamed: the next tile's loads overlap GELU's arithmetic
-        for warps, bytes_per_thread, per_sm in ((4, 32, 8), (4, 64, 4), (4, 64, 8), (4, 128, 2), (8, 64, 2)):
+        for warps, bytes_per_thread, per_sm, stages in ((4, 16, 8, 2), (4, 16, 4, 4), (4, 32, 4, 2), (8, 16, 2, 4),
+                                                        (8, 16, 4, 2)):
             yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
-            options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, False, per_sm))
+            options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, False, per_sm, stages))
     return _unique([default] + options)
 
 
@@ -321,7 +332,7 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
     cdiv(cols, XBLOCK)``). Grid (P,): one tile a program (P = row_blocks * col_blocks,
     the order set by ``ROWS_FASTEST``), or ``STREAMED`` (P a multiple of col_blocks, at
     most row_blocks * col_blocks): program p owns column block ``p % col_blocks`` and
-    strides over the row blocks, loading the next tile before this one's math.
+    strides over the row blocks (a loop whose loads ``num_stages`` > 1 pipelines).
 
     Phi comes from erfc (see `_GELU_P`), not from ``1 + erf``: about 16 instructions an
     element for 16-bit outputs (ptxas, sm_90), where libdevice's erf alone takes about
@@ -347,15 +358,10 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
     col = cb * XBLOCK + c
     cmask = None if NO_MASK else col < cols
     bias = dl.load(bias_ptr + col, mask=cmask).to(dl.float32)
-    x = dl.load(x_ptr + (first * YBLOCK + r) * cols + col,
-                mask=None if NO_MASK else (first * YBLOCK + r < rows) & cmask)
     for rb in range(first, row_blocks, step):
         row = rb * YBLOCK + r
         mask = None if NO_MASK else (row < rows) & cmask
-        if STREAMED:  # the next tile (the last one again at the end), loaded before this one's math
-            nxt = dl.minimum(rb + step, row_blocks - 1) * YBLOCK + r
-            x_next = dl.load(x_ptr + nxt * cols + col, mask=None if NO_MASK else (nxt < rows) & cmask)
-        h = x.to(dl.float32) + bias
+        h = dl.load(x_ptr + row * cols + col, mask=mask).to(dl.float32) + bias
         # t = 1 / (1 + |h| / (2 sqrt 2)): one MUFU.RCP, where an IEEE division is ~8 instructions.
         t = dl.fast_dividef(1.0, dl.abs(h) * (0.5 * _SQRT1_2) + 1.0)
         poly = _GELU_P5 if HALF else _GELU_P
@@ -364,8 +370,6 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
             p = p * t + poly[i]
         tail = t * dl.exp2(h * h * (-0.5 * _LOG2E) + p)  # Phi(-|h|)
         dl.store(out_ptr + row * cols + col, h * dl.where(h < 0.0, tail, 1.0 - tail), mask=mask)
-        if STREAMED:
-            x = x_next
 
 
 # ----------------------------------------------------------------------------- persistent row kernels
@@ -811,7 +815,7 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] =
         bias_gelu_kernel[(programs,)](x, bias, out, rows, cols, row_blocks, col_blocks, YBLOCK=config.YBLOCK,
                                       XBLOCK=config.XBLOCK, ROWS_FASTEST=config.rows_fastest, NO_MASK=no_mask,
                                       HALF=x.element_size() == 2, STREAMED=config.programs_per_sm > 0,
-                                      num_warps=config.num_warps)
+                                      num_warps=config.num_warps, num_stages=config.num_stages)
     return out
 
 
