@@ -4,8 +4,9 @@ One program is one CTA of ``32 * num_warps`` threads. Every block value is held,
 in each thread, as a list of LLVM scalars (one per element the thread owns, in the
 order of its layout's `Distribution`); scalars are single values every thread holds.
 `nvptx_layouts` picks each value's layout, `nvptx_ops` emits the scalar code,
-`nvptx_memory` the loads/stores and `nvptx_reduce` reductions and shared-memory
-layout conversions.
+`nvptx_memory` the loads/stores, `nvptx_reduce` reductions and shared-memory
+layout conversions, and `nvptx_pipeline` the ``cp.async`` pipelining of loads in
+loops (``num_stages``), whose buffers take the start of shared memory.
 
 The kernel is ``define void @<fn.name>(...)`` marked as an entry through
 ``nvvm.annotations`` (``kernel``, ``maxntidx``); LLVM >= 20 upgrades these to the

@@ -127,9 +127,9 @@ def _candidates(loop: ir.Op, axis: dict):
     of ``loop``'s body whose address follows from the induction variable alone."""
     iv = loop.attrs["iv"]
     body = loop.attrs["body"].ops
+    # Values the body defines; anything else a load reaches was defined before the loop
+    # (a nested loop's values reach the body only as that loop's results).
     producers = {r.id: o for o in body for r in o.results}
-    inner = {r.id for o in body for nested in o.walk() for r in nested.results} if any(
-        o.opcode == "for" for o in body) else set()
     carried = {c.id for c in loop.attrs["carried"]}
     for load in body:
         if load.opcode != "load" or load.result.type.is_scalar:
@@ -149,7 +149,7 @@ def _candidates(loop: ir.Op, axis: dict):
             seen.add(v.id)
             if v.id == iv.id:
                 uses_iv = True
-            elif v.id in carried or (v.id in inner and v.id not in producers):
+            elif v.id in carried:
                 ok = False
             elif v.id in producers:
                 producer = producers[v.id]
@@ -235,7 +235,7 @@ class PipelineCodegen:
         words_per_copy = load.copy_bytes * 8 // word
         wt = llir.IntType(word) if bits < 32 else mt
         vt = wt if words_per_copy == 1 else llir.VectorType(wt, words_per_copy)
-        base = self._slot(load, stage())
+        base = self._slot(load, stage)
         regs = distribute(layout, op.result.type.shape).num_regs
         out: list[llir.Value] = []
         for group in range(regs // load.vec):
@@ -254,9 +254,10 @@ class PipelineCodegen:
     def lower_pipelined_for(self, op: ir.Op, pipe: LoopPipeline, lower_loop) -> None:
         """Lower ``for`` op ``op`` with its loads pipelined through ``num_stages`` buffers.
 
-        ``lower_loop(prologue, body_start, latch)`` is the plain loop lowering, with
-        hooks: ``prologue(lb, ub, step)`` runs before the loop, ``body_start(iv)`` first
-        in the body, ``latch()`` at its end (returning the phis' next values).
+        ``lower_loop(prologue, body_start, next_stage)`` is the plain loop lowering, with
+        hooks: ``prologue(lb, ub, step)`` runs before the loop, ``body_start(iv, stage)``
+        first in the body (``stage``: the i32 phi of the buffer this iteration reads),
+        ``next_stage(stage)`` in the latch, returning the phi's next value.
         """
         stages = self.num_stages
         iv = op.attrs["iv"]
@@ -279,9 +280,8 @@ class PipelineCodegen:
                 self.pipeline_issue(pipe, iv, value, valid, llir.Constant(I32, k))
 
         def body_start(iv_value, stage):
-            state["stage"] = stage
             for load in pipe.loads:
-                self._pipelined[id(load.op)] = (load, lambda: state["stage"])
+                self._pipelined[id(load.op)] = (load, stage)
             value, valid = exists(iv_value, stages - 1)
             last = self.b.icmp_unsigned("==", stage, llir.Constant(I32, 0))
             refill = self.b.select(last, llir.Constant(I32, stages - 1), self.b.sub(stage, llir.Constant(I32, 1)))
