@@ -509,7 +509,7 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
         for c, h, row in zip(op.attrs["carried"], homes, phis):
             self.bind_result(c, h, row)
         if body_start is not None:
-            body_start(iv_phi, stage)
+            body_start(iv_phi, stage, ub, step)
         ops = op.attrs["body"].ops
         if not ops or ops[-1].opcode != "yield":
             raise LoweringError("a for loop body must end with yield")

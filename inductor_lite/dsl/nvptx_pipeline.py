@@ -162,16 +162,6 @@ def _candidates(loop: ir.Op, axis: dict):
             yield load, needed
 
 
-def _is_positive_zero(v: ir.Value, defs: dict) -> bool:
-    op = defs.get(v.id)
-    while op is not None and op.opcode in ("splat", "broadcast"):
-        op = defs.get(op.operands[0].id)
-    if op is None or op.opcode != "constant":
-        return False
-    value = op.attrs["value"]
-    return value == 0 and math.copysign(1.0, float(value)) > 0
-
-
 class PipelineCodegen:
     """Mixin of the NVPTX lowering: ``cp.async`` prologue, per-iteration issue and wait,
     and the shared-memory read back of pipelined loads."""
@@ -245,44 +235,47 @@ class PipelineCodegen:
             elems = self._unpack(words, bits, load.vec, mt) if bits < 32 else words
             out += [self.from_memory(e, elem) for e in elems]
         mask = mask_operand(self.axis, op.operands[1] if len(op.operands) > 1 else None)
-        if mask is not None and not _is_positive_zero(op.operands[2], self.defs):
+        if mask is not None and not self._zero_filled(op.operands[2]):
             preds = self.regs(mask, layout)
             others = self.regs(op.operands[2], layout)
             out = [self.b.select(p, x, o) for p, x, o in zip(preds, out, others)]
         return out
 
+    def _zero_filled(self, other: ir.Value) -> bool:
+        """``other`` is the constant +0.0 (or 0), the bits a 0-byte copy leaves."""
+        return self._is_constant(other, 0.0) and math.copysign(1.0, self.defs[other.id].attrs["value"]) > 0
+
     def lower_pipelined_for(self, op: ir.Op, pipe: LoopPipeline, lower_loop) -> None:
         """Lower ``for`` op ``op`` with its loads pipelined through ``num_stages`` buffers.
 
         ``lower_loop(prologue, body_start, next_stage)`` is the plain loop lowering, with
-        hooks: ``prologue(lb, ub, step)`` runs before the loop, ``body_start(iv, stage)``
-        first in the body (``stage``: the i32 phi of the buffer this iteration reads),
-        ``next_stage(stage)`` in the latch, returning the phi's next value.
+        hooks: ``prologue(lb, ub, step)`` runs before the loop, ``body_start(iv, stage,
+        ub, step)`` first in the body (``stage``: the i32 phi of the buffer this
+        iteration reads), ``next_stage(stage)`` in the latch, returning the phi's next
+        value.
         """
         stages = self.num_stages
         iv = op.attrs["iv"]
-        state: dict = {}
 
         def wide(x: llir.Value) -> llir.Value:
             return x if x.type == I64 else self.b.sext(x, I64)
 
-        def exists(iv_value: llir.Value, ahead: int) -> tuple[llir.Value, llir.Value]:
-            # In 64 bits, so that looking ahead past the end of an int32 range cannot wrap.
-            step, ub = state["step"], state["ub"]
+        def exists(iv_value, ahead: int, ub, step) -> tuple[llir.Value, llir.Value]:
+            """The induction variable ``ahead`` iterations on, and whether that iteration
+            runs. In 64 bits, so that looking past the end of an int32 range cannot wrap."""
             later = self.b.add(wide(iv_value), self.b.mul(wide(step), llir.Constant(I64, ahead)))
             value = self.b.add(iv_value, self.b.mul(step, llir.Constant(step.type, ahead)))
             return value, self.b.icmp_signed("<", later, wide(ub))
 
         def prologue(lb, ub, step):
-            state.update(ub=ub, step=step)
             for k in range(stages - 1):
-                value, valid = exists(lb, k)
+                value, valid = exists(lb, k, ub, step)
                 self.pipeline_issue(pipe, iv, value, valid, llir.Constant(I32, k))
 
-        def body_start(iv_value, stage):
+        def body_start(iv_value, stage, ub, step):
             for load in pipe.loads:
                 self._pipelined[id(load.op)] = (load, stage)
-            value, valid = exists(iv_value, stages - 1)
+            value, valid = exists(iv_value, stages - 1, ub, step)
             last = self.b.icmp_unsigned("==", stage, llir.Constant(I32, 0))
             refill = self.b.select(last, llir.Constant(I32, stages - 1), self.b.sub(stage, llir.Constant(I32, 1)))
             self.pipeline_issue(pipe, iv, value, valid, refill)
