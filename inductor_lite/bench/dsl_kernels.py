@@ -178,10 +178,14 @@ def pointwise_config(numel: int, element_size: int) -> PointwiseConfig:
 
 def pointwise_candidates(numel: int, element_size: int) -> list[PointwiseConfig]:
     """What the autotuner times for a 1-D pointwise kernel (the default first): 4 warps
-    moving 32 to 128 bytes per thread and tensor, or 8 warps moving 32 or 64."""
+    moving 32 to 128 bytes per thread and tensor, 8 warps moving 32 or 64, and 4, 8 or
+    16 warps moving 8 (one 8-byte access per tensor). On an H100, adding 128 MB of fp32
+    and 64 MB of bf16 ran at 101.9% and 97.8% of copy bandwidth with 8 bytes per
+    thread, against 99.9% and 96.4% with 32 (what inductor picks, 8 bytes over 8
+    warps, reached 101.5% and 96.3%)."""
     default = pointwise_config(numel, element_size)
     options = [PointwiseConfig(min(bytes_per_thread * 32 * warps // element_size, next_power_of_2(numel)), warps)
-               for warps, bytes_per_thread in ((4, 32), (4, 128), (8, 32), (8, 64))]
+               for warps, bytes_per_thread in ((4, 32), (4, 128), (8, 32), (8, 64), (4, 8), (8, 8), (16, 8))]
     return _unique([default] + options)
 
 
@@ -199,7 +203,9 @@ def tile_config(rows: int, cols: int, element_size: int) -> TileConfig:
 
 def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]:
     """What the autotuner times for `bias_gelu` (the default first): 4 or 8 warps, up to
-    1024 columns, 32 to 128 bytes per thread, programs in either order, and for half
+    1024 columns, 32 to 128 bytes per thread, programs in either order; 16 warps at 16
+    bytes per thread, and 512-column tiles of 8 warps at 32 (on an H100 both reached
+    97.5-97.7% of copy bandwidth in fp32 where the best of the others reached 97.0%); for half
     inputs streamed launches of 2 to 8 programs per SM with 16 or 32 bytes per thread
     and 2 or 4 stages, the five best of 64 such launches on an H200. (There, column
     blocks first was 3-7% faster in fp32, and rows first 8% faster in bf16, where
@@ -214,6 +220,9 @@ def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]
             for bytes_per_thread in (32, 64, 128):
                 yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
                 options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, rows_fastest))
+    for tile_cols, warps, bytes_per_thread in ((xblock, 16, 16), (min(xblock, 512), 8, 32)):
+        yblock = max(1, bytes_per_thread * 32 * warps // element_size // tile_cols)
+        options.append(TileConfig(min(yblock, next_power_of_2(rows)), tile_cols, warps))
     if element_size < 4:  # streamed: the next tile's loads overlap GELU's arithmetic
         for warps, bytes_per_thread, per_sm, stages in ((4, 16, 8, 2), (4, 16, 4, 4), (4, 32, 4, 2), (8, 16, 2, 4),
                                                         (8, 16, 4, 2)):
