@@ -364,6 +364,21 @@ def softmax_row_loop_kernel(x_ptr, out_ptr, rows, cols, RBLOCK: dl.constexpr):
         dl.store(out_ptr + row * cols + col, (e / dl.sum(e, 0)).to(out_ptr.dtype.element), mask=cmask)
 
 
+@dl.kernel
+def split_row_sum_kernel(x_ptr, part_ptr, count_ptr, out_ptr, cols, CHUNKS: dl.constexpr,
+                         CHUNKS_BLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    # CHUNKS programs a row; the last to count itself in count[row] adds the partial sums.
+    pid = dl.program_id(0)
+    row = pid // CHUNKS
+    col = (pid % CHUNKS) * RBLOCK + dl.arange(0, RBLOCK)
+    dl.store(part_ptr + pid, dl.sum(dl.load(x_ptr + row * cols + col, mask=col < cols, other=0.0), 0))
+    last = dl.atomic_add(count_ptr + row, 1) == CHUNKS - 1
+    chunk = dl.arange(0, CHUNKS_BLOCK)
+    parts = dl.load(part_ptr + row * CHUNKS + chunk, mask=last & (chunk < CHUNKS), other=0.0)
+    dl.store(out_ptr + row, dl.sum(parts, 0), mask=last)
+    dl.store(count_ptr + row, 0, mask=last)
+
+
 # ----------------------------------------------------------------------------- cases
 
 
@@ -737,6 +752,15 @@ def _misc_cases(c: _Builder) -> None:
         want = torch.softmax(x.double(), -1).to(dtype)
         c.add(f"softmax_row_loop_{dtype}_{rows}x{cols}", softmax_row_loop_kernel, (x, None, rows, cols),
               {"RBLOCK": rblock}, (programs,), {1: want})
+    # Rows split over programs that elect a last one with an atomic counter; the counts
+    # start at 0 and the kernel leaves them at 0.
+    for dtype, rows, cols, chunks, rblock in [(torch.float32, 13, 1000, 4, 256), (torch.float64, 3, 70, 3, 32)]:
+        x = c.randn(rows, cols, dtype=dtype)
+        part = torch.empty(rows * chunks, dtype=dtype, device=c.device)
+        count = torch.zeros(rows, dtype=torch.int32, device=c.device)
+        c.add(f"split_row_sum_{dtype}_{rows}x{cols}", split_row_sum_kernel, (x, part, count, None, cols),
+              {"CHUNKS": chunks, "CHUNKS_BLOCK": 1 << (chunks - 1).bit_length(), "RBLOCK": rblock},
+              (rows * chunks,), {3: x.double().sum(-1).to(dtype)})
     x = c.randn(1)
     c.add("add_size1_big_block", add_kernel, (x, x, None, 1), {"BLOCK": 1024}, (1,), {2: x + x})
 

@@ -357,6 +357,11 @@ ERRORS = {
     "welford_shapes": ("y = dl.welford(dl.arange(0, 4), dl.arange(0, 8), 1, 0)", r"cannot broadcast shapes"),
     "welford_unpack": ("a, b = dl.welford(dl.arange(0, 4), 0.0, 1.0, 0)", "cannot unpack 3 values into 2 names"),
     "welford_arity": ("y = dl.welford_combine(n, 0.0, 1.0)", r"dl.welford_combine\(\): missing a required argument"),
+    "atomic_block": ("y = dl.atomic_add(x_ptr + dl.arange(0, 4), 1.0)", "must be scalars"),
+    "atomic_sem": ("y = dl.atomic_add(x_ptr, 1.0, sem='seq_cst')", "sem must be one of"),
+    "atomic_scope": ("y = dl.atomic_add(x_ptr, 1.0, scope='grid')", "scope must be one of"),
+    "atomic_mask": ("y = dl.atomic_add(x_ptr, 1.0, mask=n)", "mask must be an int1"),
+    "atomic_not_pointer": ("y = dl.atomic_add(n, 1)", "expected a pointer"),
 }
 
 
@@ -373,6 +378,12 @@ def test_compilation_errors_name_kernel_line_and_source(name):
     assert str(err).startswith(f"kernel bad_{name}, line {err.loc.lineno} ({filename}): ")
     assert err.loc.line.strip() in str(err) and err.loc.line == source.splitlines()[err.loc.lineno - 1]
     assert err.loc.lineno >= 3
+
+
+def test_atomic_add_of_a_half_pointee_is_a_compilation_error():
+    k = _exec_kernel("@dl.kernel\ndef k(x_ptr):\n    y = dl.atomic_add(x_ptr, 1.0)\n", "<dsl-atomic-dtype>")["k"]
+    with pytest.raises(dl.CompilationError, match="the pointee must be int32, int64, float32, float64; got float16"):
+        k[(1,)](torch.zeros(4, dtype=torch.float16))
 
 
 def test_error_line_numbers_are_file_line_numbers():

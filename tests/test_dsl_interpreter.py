@@ -210,3 +210,37 @@ def test_welford_tree_reduction_matches_two_pass_statistics(n):
     torch.testing.assert_close(mean, want_mean)
     torch.testing.assert_close(m2 / n, var)
     assert torch.equal(w, torch.full((3,), float(n), dtype=torch.float64))
+
+
+@dl.kernel
+def ticket_kernel(count_ptr, out_ptr, value, GROUPS: dl.constexpr):
+    pid = dl.program_id(0)
+    dl.store(out_ptr + pid, dl.atomic_add(count_ptr + pid % GROUPS, value, mask=pid % 5 != 4))
+
+
+@pytest.mark.parametrize("chunk", [1, 1 << 22])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.float64])
+def test_atomic_add_serialises_the_programs_in_order(monkeypatch, chunk, dtype):
+    # Program p adds `value` to count[p % 3] unless p % 5 == 4 (masked off: it adds
+    # nothing and gets 0); in program order, the k-th unmasked program of a group sees
+    # k * value.
+    monkeypatch.setattr(interpreter, "CHUNK_ELEMENTS", chunk)
+    count = torch.tensor([10, 20, 30], dtype=dtype)
+    out = torch.full((23,), -1, dtype=dtype)
+    ticket_kernel[(23,)](count, out, 3, GROUPS=3)
+    want, seen = [], [10, 20, 30]
+    for p in range(23):
+        if p % 5 == 4:
+            want.append(0)
+        else:
+            want.append(seen[p % 3])
+            seen[p % 3] += 3
+    assert out.tolist() == want and count.tolist() == seen
+
+
+def test_split_row_sum_leaves_its_counters_at_zero():
+    case = next(c for c in dsl_corpus.cases() if c.name.startswith("split_row_sum"))
+    for _ in range(2):  # the second launch relies on the first having reset the counts
+        case.args[3].copy_(dsl_corpus.poison_like(case.expected[3]))
+        dsl_corpus.check(case)
+        assert not case.args[2].any()

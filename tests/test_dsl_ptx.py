@@ -686,6 +686,54 @@ def test_which_loads_are_pipelined(name, copy):
     assert "cp.async" not in _compile_case(_case(name, num_stages=2), (7, 5)).ptx  # sm_80 and newer only
 
 
+@dl.kernel
+def ticket_kernel(count_ptr, out_ptr, value, GROUPS: dl.constexpr, MASKED: dl.constexpr, SEM: dl.constexpr,
+                  SCOPE: dl.constexpr):
+    pid = dl.program_id(0)
+    mask = pid % 5 != 4 if MASKED else None
+    dl.store(out_ptr + pid, dl.atomic_add(count_ptr + pid % GROUPS, value, mask=mask, sem=SEM, scope=SCOPE))
+
+
+@dl.kernel
+def atomic_in_loop_kernel(x_ptr, count_ptr, n, BLOCK: dl.constexpr):
+    for start in range(dl.program_id(0) * BLOCK, n, dl.num_programs(0) * BLOCK):
+        x = dl.load(x_ptr + start + dl.arange(0, BLOCK), mask=start + dl.arange(0, BLOCK) < n, other=0.0)
+        dl.atomic_add(count_ptr, dl.sum(x, 0))
+
+
+def _ticket_ptx(dtype, masked: bool, sem: str, scope: str, num_stages: int = 1):
+    args = (torch.zeros(3, dtype=dtype), torch.zeros(8, dtype=dtype), 1)
+    constexprs = {"GROUPS": 3, "MASKED": masked, "SEM": sem, "SCOPE": scope}
+    fn = ticket_kernel.build_ir(ticket_kernel.specialize(args, constexprs))
+    return compiler.compile_ptx(fn, cc=(9, 0), num_warps=4).ptx
+
+
+@needs_assembler
+@pytest.mark.parametrize("dtype, sem, scope, suffix", [
+    (torch.int32, "acq_rel", "gpu", "u32"), (torch.int64, "relaxed", "cta", "u64"),
+    (torch.float32, "release", "sys", "f32"), (torch.float64, "acquire", "gpu", "f64")])
+@pytest.mark.parametrize("masked", [False, True])
+def test_atomic_is_one_thread_between_barriers(dtype, sem, scope, suffix, masked):
+    ptx = _ticket_ptx(dtype, masked, sem, scope)
+    assembler.check_ptx_assembles(ptx, (9, 0))
+    atom = f"atom.{sem}.{scope}.global.add.{suffix}"
+    assert ptx.count(atom) == 1
+    # barrier; thread 0 (the others branch past) does the atomic and parks the old value
+    # in shared memory; barrier; every thread reads it back.
+    marks = ["bar.sync", "bra", atom, "st.shared", "bar.sync", "ld.shared"]
+    at = 0
+    for mark in marks:
+        at = ptx.index(mark, at) + len(mark)
+    assert bool(re.search(r"@\$?%?\w+ " + re.escape(atom), ptx)) == masked
+
+
+def test_loops_with_an_atomic_are_not_pipelined():
+    args = (torch.zeros(100), torch.zeros(1), 100)
+    fn = atomic_in_loop_kernel.build_ir(atomic_in_loop_kernel.specialize(args, {"BLOCK": 128}))
+    assert "cp.async" not in compiler.compile_ptx(fn, cc=(9, 0), num_warps=4, num_stages=3).ptx
+    assert "cp.async" in _compile_case(_case("grid_stride_loop", num_stages=3), (9, 0)).ptx
+
+
 # ----------------------------------------------------------------------------- GPU
 
 
@@ -743,6 +791,25 @@ def _gpu_cases_with_stages(num_stages: int) -> dict[str, dsl_corpus.Case]:
 @pytest.mark.parametrize("name", _LOOP_NAMES)
 def test_loop_cases_pipelined_on_gpu(name, num_stages):
     dsl_corpus.check(_gpu_cases_with_stages(num_stages)[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.float64])
+def test_atomic_add_hands_out_every_ticket_once_on_gpu(dtype):
+    # 4099 programs add 3 to count[p % 3] unless p % 5 == 4; whatever the order, each
+    # group's old values are its start plus 0, 3, 6, ... and masked programs get 0.
+    n, start = 4099, [10, 20, 30]
+    count = torch.tensor(start, dtype=dtype, device="cuda")
+    out = torch.full((n,), -1, dtype=dtype, device="cuda")
+    ticket_kernel[(n,)](count, out, 3, GROUPS=3, MASKED=True, SEM="acq_rel", SCOPE="gpu")
+    pid, got = torch.arange(n), out.cpu().double()
+    active = pid % 5 != 4
+    assert (got[~active] == 0).all()
+    for g in range(3):
+        mine = active & (pid % 3 == g)
+        k = int(mine.sum())
+        assert torch.equal(got[mine].sort().values, start[g] + 3 * torch.arange(k, dtype=torch.float64))
+        assert count[g].item() == start[g] + 3 * k
 
 
 @pytest.mark.gpu

@@ -103,6 +103,7 @@ _BUILTINS: dict[str, Callable] = {
     "zeros": lambda b, a: semantic.full(b, a["shape"], 0, a["dtype"]),
     "load": lambda b, a: semantic.load(b, a["pointer"], a["mask"], a["other"], a["eviction_policy"]),
     "store": lambda b, a: semantic.store(b, a["pointer"], a["value"], a["mask"]),
+    "atomic_add": lambda b, a: semantic.atomic(b, "add", a["pointer"], a["value"], a["mask"], a["sem"], a["scope"]),
     "where": lambda b, a: semantic.where(b, a["condition"], a["x"], a["y"]),
     "maximum": lambda b, a: semantic.binary(b, "maximum", a["x"], a["y"]),
     "minimum": lambda b, a: semantic.binary(b, "minimum", a["x"], a["y"]),

@@ -392,6 +392,30 @@ class _Interpreter:
             offsets, value = offsets[mask], value[mask]
         ptr.flat.index_put_((offsets.reshape(-1),), value.reshape(-1))
 
+    def _op_atomic(self, op, ptr, value, mask=None):
+        # Each program of the chunk applies its atomic once, in program order: one valid
+        # serialisation of the launch. Round k applies every address's k-th atomic, so
+        # the addresses within a round are distinct.
+        n = len(self.linear)
+        offsets, value = ptr.offsets.expand(n), value.expand(n)
+        offsets, mask = self._addresses(op, ptr, offsets, None if mask is None else mask.expand(n), "atomic")
+        active = torch.arange(n, device=self.device) if mask is None else mask.nonzero().flatten()
+        where, add = offsets[active], value[active]
+        old = torch.zeros_like(value)
+        if len(active):
+            order = torch.sort(where, stable=True).indices
+            ranked = where[order]
+            position = torch.arange(len(ranked), device=self.device)
+            starts = torch.ones_like(ranked, dtype=torch.bool)
+            starts[1:] = ranked[1:] != ranked[:-1]
+            rank = torch.empty_like(position)
+            rank[order] = position - torch.cummax(torch.where(starts, position, 0), 0).values
+            for k in range(int(rank.max()) + 1):
+                turn = rank == k
+                old[active[turn]] = ptr.flat[where[turn]]
+                ptr.flat[where[turn]] += add[turn]
+        self._set(op, old)
+
     # ------------------------------------------------------------------ reductions
 
     def _op_reduce(self, op, x):

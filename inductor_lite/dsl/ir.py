@@ -31,6 +31,7 @@ cast             x                           -                              resu
 bitcast          x                           -                              result type
 load             ptr (, mask (, other))      [eviction_policy]              pointee type
 store            ptr, value (, mask)         -                              none
+atomic           ptr, value (, mask)         op, sem, scope (ATOMIC_*)      old value (scalar)
 reduce           x                           axis, combine (REDUCE_KINDS)   x's shape less axis
 argreduce        x                           axis, combine ('argmax'|...)   i32 indices
 welford_combine  mean_a, m2_a, w_a,          -                              3: mean, m2, w
@@ -67,6 +68,9 @@ Invariants the frontend guarantees (so backends need not handle the other cases)
   complement, logical not on int1), the others floats only.
 - ``load`` with a mask always has ``other`` (already of the pointee type); all operands
   of ``load``/``store`` have the same shape, and ``store``'s value has the pointee type.
+- ``atomic`` operands are scalars: a pointer to int32, int64, float32 or float64, a
+  value of the pointee type and an optional int1 mask; the result (the old value, 0
+  where masked off) has the pointee type.
 - ``reduce`` returns its operand's element type (the frontend casts first: sums of
   small ints run in int32, sums of halves in fp32); ``argreduce`` returns int32 indices,
   ties go to the first index and NaN counts as both the maximum and the minimum
@@ -110,6 +114,11 @@ MATH_FNS = (
     "round", "trunc", "pow", "atan2", "fmod", "fast_dividef", "isnan", "isinf",
 )
 REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
+ATOMIC_OPS = ("add",)
+ATOMIC_SEMS = ("relaxed", "acquire", "release", "acq_rel")
+ATOMIC_SCOPES = ("cta", "gpu", "sys")
+"""An ``atomic``'s read-modify-write, memory ordering and scope (PTX ``atom``'s
+``.op``, ``.sem`` and ``.scope``)."""
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,21 @@ def store(pointer: Any, value: Any, mask: Any = None) -> Any:
 
 
 @_builtin
+def atomic_add(pointer: Any, value: Any, mask: Any = None, sem: str = "acq_rel", scope: str = "gpu") -> Any:
+    """Atomically add ``value`` to the scalar at ``pointer`` and return the value it
+    held before (0 where ``mask`` is false: nothing is added). One atomic per program:
+    ``pointer``, ``value`` and ``mask`` are scalars; the pointee is int32, int64,
+    float32 or float64. ``sem`` (``"relaxed"``, ``"acquire"``, ``"release"`` or
+    ``"acq_rel"``) and ``scope`` (``"cta"``, ``"gpu"`` or ``"sys"``) are PTX's memory
+    ordering, as in Triton; with ``"release"``/``"acq_rel"`` the program's earlier
+    writes, by any of its threads, are visible to a program that acquires the new
+    value, and with ``"acquire"``/``"acq_rel"`` what it loads afterwards sees what such
+    programs wrote before. That is enough for a counter that elects the last program
+    of a group to combine the group's partial results."""
+    raise _outside("atomic_add")
+
+
+@_builtin
 def where(condition: Any, x: Any, y: Any) -> Any:
     """Elementwise ``x if condition else y``; all three broadcast together."""
     raise _outside("where")

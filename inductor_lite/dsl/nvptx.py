@@ -455,6 +455,9 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
         src, dst = op.operands[0].type.element, op.result.type.element
         return self._elementwise(op, layout, lambda x: self.bitcast(x, src, dst, op.result.name))
 
+    def emit_atomic(self, op, layout):
+        return [self.lower_atomic(op)]
+
     def emit_load(self, op, layout):
         if id(op) in self._pipelined:
             return self.pipeline_read(op, layout)

@@ -15,6 +15,12 @@ mask holds. Stores from threads that only hold copies of elements (replicated
 layouts) are masked off, so each element is written once. Loads with an eviction
 policy are PTX too (``ld.global.L1::evict_first.L2::cache_hint`` with a
 ``createpolicy`` operand on sm_80+), predicated when masked.
+
+A program's (scalar) atomic is one thread's PTX ``atom``, between two barriers: the
+first orders every thread's earlier writes before a release, the second every
+thread's later reads after an acquire; the old value reaches all threads through
+shared memory (the pattern of CUTLASS's semaphore and of CUDA's threadFenceReduction
+sample).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from .nvptx_layouts import element_bytes
 from .nvptx_ops import I1, I8, I16, I32, LoweringError, mem_type
 
 _CONSTRAINT = {8: "h", 16: "h", 32: "r", 64: "l"}
+_ATOMIC_TYPE = {ir.int32: ("u32", "r"), ir.int64: ("u64", "l"), ir.float32: ("f32", "f"), ir.float64: ("f64", "d")}
+"""PTX ``atom`` type suffix and inline-asm constraint of each atomic pointee."""
 
 
 def _word_shape(bits: int, vec: int) -> tuple[int, int]:
@@ -248,6 +256,31 @@ class MemoryCodegen:
             out += self.load_group(ptrs[g], preds[g] if preds else None,
                                    others[g:g + vec] if others else None, elem, vec, name, policy)
         return out
+
+    def lower_atomic(self, op: ir.Op) -> llir.Value:
+        """The old value of a program's scalar ``atomic`` (see the module docstring)."""
+        ptr, value = op.operands[0], op.operands[1]
+        mask = op.operands[2] if len(op.operands) > 2 else None
+        elem = value.type.element
+        suffix, c = _ATOMIC_TYPE[elem]
+        t = mem_type(elem)
+        atom = f"atom.{op.attrs['sem']}.{op.attrs['scope']}.global.{op.attrs['op']}.{suffix} $0, [$1], $2;"
+        args = [self.scalar(ptr), self.scalar(value)]
+        constraints = [f"={c}", "l", c]
+        if mask is not None:  # masked off: no atomic, old value 0
+            atom = f"mov.b{8 * element_bytes(elem)} $0, 0; @$3 {atom}"
+            args.append(self.scalar(mask))
+            constraints.append("b")
+        self.reserve_shared(element_bytes(elem))
+        slot = self.smem_at(0, llir.Constant(I32, 0), t)
+        self.barrier()
+        with self.b.if_then(self.b.icmp_unsigned("==", self.tid, llir.Constant(I32, 0))):
+            asm = llir.InlineAsm(llir.FunctionType(t, [a.type for a in args]), atom, ",".join(constraints),
+                                 side_effect=True)
+            self.b.store(self.b.call(asm, args), slot, align=element_bytes(elem))
+        self.barrier()
+        self._shared_written = True
+        return self.b.load(slot, typ=t, align=element_bytes(elem))
 
     def lower_store(self, op: ir.Op) -> None:
         ptr, value = op.operands[0], op.operands[1]

@@ -99,7 +99,7 @@ def plan_pipelines(fn: ir.Function, plan, axis: dict, num_stages: int, num_warps
     pipelines: dict[int, LoopPipeline] = {}
     offset = 0
     for op in fn.walk():
-        if op.opcode != "for":
+        if op.opcode != "for" or _has_atomic(op):
             continue
         loads, address_ops = [], set()
         for load, needed in _candidates(op, axis):
@@ -120,6 +120,12 @@ def plan_pipelines(fn: ir.Function, plan, axis: dict, num_stages: int, num_warps
             ordered = tuple(o for o in op.attrs["body"].ops if id(o) in address_ops)
             pipelines[id(op)] = LoopPipeline(tuple(loads), ordered)
     return pipelines, offset
+
+
+def _has_atomic(loop: ir.Op) -> bool:
+    """Whether ``loop`` (nested loops included) holds an atomic, which orders the loads
+    after it: issuing them iterations ahead would break that."""
+    return any(o.opcode == "atomic" or (o.opcode == "for" and _has_atomic(o)) for o in loop.attrs["body"].ops)
 
 
 def _candidates(loop: ir.Op, axis: dict):

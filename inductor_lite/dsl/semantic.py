@@ -636,6 +636,32 @@ def store(b: Builder, ptr: Any, value: Any, mask: Any = None) -> None:
     b.emit("store", operands, [])
 
 
+ATOMIC_DTYPES = (int32, int64, float32, float64)
+
+
+def atomic(b: Builder, op: str, ptr: Any, value: Any, mask: Any = None, sem: str = "acq_rel",
+           scope: str = "gpu") -> Tensor:
+    """A scalar atomic read-modify-write ``op`` (one of `ir.ATOMIC_OPS`) of ``value``
+    (cast to the pointee type) at ``ptr`` where ``mask``; returns the old value."""
+    what = f"atomic_{op}"
+    if sem not in ir.ATOMIC_SEMS:
+        raise SemanticError(f"{what}: sem must be one of {', '.join(map(repr, ir.ATOMIC_SEMS))}; got {sem!r}")
+    if scope not in ir.ATOMIC_SCOPES:
+        raise SemanticError(f"{what}: scope must be one of {', '.join(map(repr, ir.ATOMIC_SCOPES))}; got {scope!r}")
+    ptr = _pointer_operand(ptr, what)
+    mask = _mask_operand(b, mask, what)
+    _check_operand(value, f"{what}: value")
+    _no_pointer(value, f"{what}'s value")
+    if any(isinstance(v, Tensor) and v.shape != () for v in (ptr, value, mask)):
+        raise SemanticError(f"{what}: pointer, value and mask must be scalars (one atomic per program); "
+                            f"block atomics are not supported")
+    elem = ptr.element.element
+    if elem not in ATOMIC_DTYPES:
+        raise SemanticError(f"{what}: the pointee must be {', '.join(t.name for t in ATOMIC_DTYPES)}; got {elem.name}")
+    operands = [ptr, coerce(b, value, elem, ())] + ([mask] if mask is not None else [])
+    return b.emit1("atomic", operands, BlockType(elem, ()), op=op, sem=sem, scope=scope)
+
+
 # ----------------------------------------------------------------------------- reductions
 
 

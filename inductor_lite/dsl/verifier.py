@@ -202,6 +202,15 @@ class _Verifier:
                     f"value {value!r} for {ptr!r}")
         self.expect(op, len(rest) == 0 or rest[0] == ptr.with_element(ir.int1), "mask type")
 
+    def op_atomic(self, op, ptr, value, *rest):
+        self.results(op, 1)
+        self.expect(op, op.attrs.get("op") in ir.ATOMIC_OPS and op.attrs.get("sem") in ir.ATOMIC_SEMS
+                    and op.attrs.get("scope") in ir.ATOMIC_SCOPES, f"attrs {op.attrs!r}")
+        self.expect(op, _is_ptr(ptr) and ptr.is_scalar and value == ptr.with_element(ptr.element.element),
+                    f"value {value!r} for {ptr!r}")
+        self.expect(op, len(rest) == 0 or rest[0] == ptr.with_element(ir.int1), "mask type")
+        self.expect(op, op.result.type == value, f"result {op.result.type!r}")
+
     def _reduced(self, op, x) -> tuple[int, ...]:
         a = op.attrs.get("axis")
         self.expect(op, isinstance(a, int) and 0 <= a < len(x.shape), f"axis {a!r} for {x!r}")
