@@ -141,9 +141,7 @@ class RowConfig:
     ``programs_per_sm`` programs per SM that stride over the rows and load the next
     row before reducing the current one. ``reread`` (persistent, not streamed; not
     row_sum): the row is loaded again after each reduction instead of held in
-    registers. ``split > 1`` (row_argmax; persistent, ``XBLOCK == 1``, neither
-    streamed nor reread): each row is cut into ``split`` chunks of ``RBLOCK`` columns
-    (``RBLOCK * split >= cols``), one program each (`row_argmax_split_kernel`).
+    registers.
     """
 
     XBLOCK: int
@@ -152,15 +150,12 @@ class RowConfig:
     persistent: bool
     programs_per_sm: int = 0
     reread: bool = False
-    split: int = 1
 
     def __str__(self) -> str:
         """``4x1024 w4`` (persistent: XBLOCK x RBLOCK), ``1x16384 w4 reread``, ``loop
-        4096 w8``, ``stream 16384 w16 2/SM`` or ``split 8x4096 w4`` (chunks x RBLOCK)."""
+        4096 w8`` or ``stream 16384 w16 2/SM``."""
         if self.programs_per_sm:
             return f"stream {self.RBLOCK} w{self.num_warps} {self.programs_per_sm}/SM"
-        if self.split > 1:
-            return f"split {self.split}x{self.RBLOCK} w{self.num_warps}"
         blocks = f"{self.XBLOCK}x{self.RBLOCK}" if self.persistent else f"loop {self.RBLOCK}"
         return f"{blocks} w{self.num_warps}{' reread' if self.reread else ''}"
 
@@ -263,8 +258,7 @@ def row_config(cols: int, element_size: int) -> RowConfig:
     return RowConfig(1, 4096, 8, False)
 
 
-def row_candidates(cols: int, element_size: int, streamed: bool = False, reread: bool = False,
-                   split: bool = False) -> list[RowConfig]:
+def row_candidates(cols: int, element_size: int, streamed: bool = False, reread: bool = False) -> list[RowConfig]:
     """What the autotuner times for a row reduction (the default first).
 
     Persistent: 4 to 32 values per thread over 1024 to 8192 elements per program
@@ -282,10 +276,7 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False, reread:
     using it again), from 4096 columns: one row per program re-read after each
     reduction, 4 to 16 warps, 16 to 128 values per thread (on an H200: softmax bf16
     over 16384 columns from 84% to 86% of copy bandwidth, RMSNorm bf16 over 8192 from
-    88% to 90%). ``split`` (row_argmax), from 8192 columns: rows cut into chunks of
-    2048 or 4096 columns with 16 or 32 values per thread, one program per chunk (on an
-    H100, bf16 argmax over 16384 and 32768 columns from 84-85% to 87% of copy
-    bandwidth: as many short programs as there are chunks keep every SM busy).
+    88% to 90%).
     """
     default = row_config(cols, element_size)
     rblock = next_power_of_2(cols)
@@ -319,10 +310,6 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False, reread:
             per_thread = rblock // (32 * warps)
             if 8 <= per_thread <= (64 if element_size < 4 else 32):
                 options += [RowConfig(1, rblock, warps, True, k) for k in (1, 2, 4)]
-    if split and 8192 <= rblock <= PERSISTENT_MAX_RBLOCK:
-        for chunk in (2048, 4096):
-            for per_thread in (16, 32):
-                options.append(RowConfig(1, chunk, chunk // per_thread // 32, True, split=dl.cdiv(cols, chunk)))
     return _unique([default] + options)
 
 
@@ -612,41 +599,6 @@ def row_sum_looped_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr):
 
 
 @dl.kernel
-def row_argmax_split_kernel(x_ptr, out_ptr, part_max_ptr, part_col_ptr, count_ptr, cols,
-                            SPLIT: dl.constexpr, SPLIT_BLOCK: dl.constexpr, RBLOCK: dl.constexpr,
-                            NO_MASK: dl.constexpr, HALF: dl.constexpr):
-    """As `row_argmax_kernel`, each row cut into SPLIT chunks of RBLOCK columns, one
-    program each; grid (rows * SPLIT,), SPLIT_BLOCK = next_power_of_2(SPLIT). A program writes its chunk's maximum (fp32) and
-    first column holding it to ``part_max[p]``, ``part_col[p]`` (rows * SPLIT), then
-    counts itself in ``count[row]`` (int32, rows; 0 before the launch, and after it):
-    the row's last program to arrive combines the chunks and resets the count. Short
-    programs balance the SMs where a few long rows would leave some idle: on an H100,
-    bf16 rows of 32768 columns went from 84% to 87% of copy bandwidth."""
-    pid = dl.program_id(0)
-    row, first_col = pid // SPLIT, (pid % SPLIT) * RBLOCK
-    col = dl.arange(0, RBLOCK)
-    mask = None if NO_MASK else first_col + col < cols
-    pad = None if NO_MASK else float("-inf")
-    x = dl.load(x_ptr + row * cols + first_col + col, mask=mask, other=pad).to(dl.float32)
-    top = dl.max(x, 0)
-    if HALF:  # the NaN target of `row_argmax_kernel`
-        target = dl.where(top != top, 1.0000001192092896, top)
-        is_top = ~((x < target) | (x > target))
-    else:
-        is_top = (x == top) | (x != x)
-    dl.store(part_max_ptr + pid, top)
-    dl.store(part_col_ptr + pid, first_col + dl.min(dl.where(is_top, col, RBLOCK), 0))
-    last = dl.atomic_add(count_ptr + row, 1) == SPLIT - 1
-    chunk = dl.arange(0, SPLIT_BLOCK)
-    combine = last & (chunk < SPLIT)
-    maxima = dl.load(part_max_ptr + row * SPLIT + chunk, mask=combine, other=float("-inf"))
-    cols_at = dl.load(part_col_ptr + row * SPLIT + chunk, mask=combine, other=cols)
-    best = dl.max(maxima, 0)
-    dl.store(out_ptr + row, dl.min(dl.where((maxima == best) | (maxima != maxima), cols_at, cols), 0), mask=last)
-    dl.store(count_ptr + row, 0, mask=last)
-
-
-@dl.kernel
 def row_argmax_looped_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr):
     """As `row_argmax_kernel`, one row per program; grid (rows,)."""
     base = dl.program_id(0) * cols
@@ -778,14 +730,9 @@ def _output(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtyp
     return out
 
 
-def _row_config(config: RowConfig, cols: int, streamed: bool = False, reread: bool = False,
-                split: bool = False) -> RowConfig:
-    if config.split < 1 or (config.split > 1 and not (split and config.persistent and config.XBLOCK == 1
-                                                       and not config.programs_per_sm and not config.reread)):
-        raise ValueError(f"config {config}: only persistent, unstreamed row_argmax configs with XBLOCK == 1 "
-                         "can split rows")
-    if config.persistent and not (config.split - 1) * config.RBLOCK < cols <= config.split * config.RBLOCK:
-        raise ValueError(f"persistent config {config} does not fit a row of {cols} columns")
+def _row_config(config: RowConfig, cols: int, streamed: bool = False, reread: bool = False) -> RowConfig:
+    if config.persistent and config.RBLOCK < cols:
+        raise ValueError(f"persistent config {config} cannot hold a row of {cols} columns")
     if (not config.persistent or config.programs_per_sm) and config.XBLOCK != 1:
         raise ValueError(f"looped or streamed config {config} must have XBLOCK == 1")
     if config.programs_per_sm and not (streamed and config.persistent):
@@ -962,33 +909,10 @@ def row_argmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
     """
     rows, cols = _check_rows(x)
     out = _output(out, (rows,), torch.int64, x.device)
-    config = _row_config(config, cols, reread=True, split=True) if config else choose_config("row_argmax", x)
-    if config.split > 1 and rows:
-        part_max = torch.empty(rows * config.split, dtype=torch.float32, device=x.device)
-        part_col = torch.empty(rows * config.split, dtype=torch.int32, device=x.device)
-        row_argmax_split_kernel[(rows * config.split,)](
-            x, out, part_max, part_col, _zeroed_counters(x.device, rows), cols, SPLIT=config.split,
-            SPLIT_BLOCK=next_power_of_2(config.split), RBLOCK=config.RBLOCK, NO_MASK=cols == config.split * config.RBLOCK, HALF=x.element_size() == 2,
-            num_warps=config.num_warps)
-        return out
+    config = _row_config(config, cols, reread=True) if config else choose_config("row_argmax", x)
     _launch_rows(row_argmax_kernel, row_argmax_looped_kernel, config, rows, cols, (x, out),
                  persistent_constexprs={"HALF": x.element_size() == 2, "REREAD": config.reread})
     return out
-
-
-_COUNTERS: dict = {}
-
-
-def _zeroed_counters(device: torch.device, n: int) -> torch.Tensor:
-    """``n`` int32 zeros on ``device`` for split kernels, which leave them zero again:
-    one buffer per (device, stream), kept, so a launch needs no memset. Launches on one
-    stream run in order; another stream gets its own buffer."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device, stream)
-    counters = _COUNTERS.get(key)
-    if counters is None or counters.numel() < n:
-        counters = _COUNTERS[key] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-    return counters[:n]
 
 
 # ----------------------------------------------------------------------------- autotuning
@@ -997,8 +921,6 @@ STREAMED_OPS = ("softmax", "layer_norm", "rms_norm")
 """The row ops with a streamed kernel (`RowConfig.programs_per_sm`)."""
 REREAD_OPS = ("softmax", "layer_norm", "rms_norm", "row_argmax")
 """The row ops whose persistent kernel can re-read the row (`RowConfig.reread`)."""
-SPLIT_OPS = ("row_argmax",)
-"""The row ops that can cut rows over several programs (`RowConfig.split`)."""
 
 LAUNCHERS = {"add": add, "bias_gelu": bias_gelu, "softmax": softmax, "layer_norm": layer_norm,
              "rms_norm": rms_norm, "row_sum": row_sum, "row_argmax": row_argmax}
@@ -1017,8 +939,7 @@ def _candidates(op: str, shape: tuple[int, ...], element_size: int) -> tuple:
         return tuple(pointwise_candidates(math.prod(shape), element_size))
     if op == "bias_gelu":
         return tuple(tile_candidates(shape[0], shape[1], element_size))
-    return tuple(row_candidates(shape[-1], element_size, streamed=op in STREAMED_OPS, reread=op in REREAD_OPS,
-                                split=op in SPLIT_OPS))
+    return tuple(row_candidates(shape[-1], element_size, streamed=op in STREAMED_OPS, reread=op in REREAD_OPS))
 
 
 def choose_config(op: str, *inputs):
