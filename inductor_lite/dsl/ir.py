@@ -165,6 +165,9 @@ int64 = DType("int64", 64, "int")
 uint8 = DType("uint8", 8, "uint")
 DTYPES = {d.name: d for d in (float16, bfloat16, float32, float64, int1, int8, int16, int32, int64, uint8)}
 
+ATOMIC_DTYPES = (int32, int64, float32, float64)
+"""Pointee types an ``atomic`` may update."""
+
 
 @dataclass(frozen=True)
 class PointerType:
@@ -264,6 +267,13 @@ class Block:
 
     ops: list[Op] = field(default_factory=list)
 
+    def walk(self):
+        """Yield every op, loop bodies included, in program order."""
+        for op in self.ops:
+            yield op
+            if op.opcode == "for":
+                yield from op.attrs["body"].walk()
+
 
 @dataclass(frozen=True)
 class ArgSpec:
@@ -301,14 +311,7 @@ class Function:
 
     def walk(self):
         """Yield every op, loop bodies included, in program order."""
-
-        def visit(block: Block):
-            for op in block.ops:
-                yield op
-                if op.opcode == "for":
-                    yield from visit(op.attrs["body"])
-
-        yield from visit(self.body)
+        return self.body.walk()
 
 
 def format_function(fn: Function) -> str:

@@ -125,7 +125,7 @@ def plan_pipelines(fn: ir.Function, plan, axis: dict, num_stages: int, num_warps
 def _has_atomic(loop: ir.Op) -> bool:
     """Whether ``loop`` (nested loops included) holds an atomic, which orders the loads
     after it: issuing them iterations ahead would break that."""
-    return any(o.opcode == "atomic" or (o.opcode == "for" and _has_atomic(o)) for o in loop.attrs["body"].ops)
+    return any(o.opcode == "atomic" for o in loop.attrs["body"].walk())
 
 
 def _candidates(loop: ir.Op, axis: dict):

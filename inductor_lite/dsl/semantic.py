@@ -636,9 +636,6 @@ def store(b: Builder, ptr: Any, value: Any, mask: Any = None) -> None:
     b.emit("store", operands, [])
 
 
-ATOMIC_DTYPES = (int32, int64, float32, float64)
-
-
 def atomic(b: Builder, op: str, ptr: Any, value: Any, mask: Any = None, sem: str = "acq_rel",
            scope: str = "gpu") -> Tensor:
     """A scalar atomic read-modify-write ``op`` (one of `ir.ATOMIC_OPS`) of ``value``
@@ -656,8 +653,9 @@ def atomic(b: Builder, op: str, ptr: Any, value: Any, mask: Any = None, sem: str
         raise SemanticError(f"{what}: pointer, value and mask must be scalars (one atomic per program); "
                             f"block atomics are not supported")
     elem = ptr.element.element
-    if elem not in ATOMIC_DTYPES:
-        raise SemanticError(f"{what}: the pointee must be {', '.join(t.name for t in ATOMIC_DTYPES)}; got {elem.name}")
+    if elem not in ir.ATOMIC_DTYPES:
+        allowed = ", ".join(t.name for t in ir.ATOMIC_DTYPES)
+        raise SemanticError(f"{what}: the pointee must be {allowed}; got {elem.name}")
     operands = [ptr, coerce(b, value, elem, ())] + ([mask] if mask is not None else [])
     return b.emit1("atomic", operands, BlockType(elem, ()), op=op, sem=sem, scope=scope)
 

@@ -206,7 +206,8 @@ class _Verifier:
         self.results(op, 1)
         self.expect(op, op.attrs.get("op") in ir.ATOMIC_OPS and op.attrs.get("sem") in ir.ATOMIC_SEMS
                     and op.attrs.get("scope") in ir.ATOMIC_SCOPES, f"attrs {op.attrs!r}")
-        self.expect(op, _is_ptr(ptr) and ptr.is_scalar and value == ptr.with_element(ptr.element.element),
+        self.expect(op, _is_ptr(ptr) and ptr.is_scalar and ptr.element.element in ir.ATOMIC_DTYPES
+                    and value == ptr.with_element(ptr.element.element),
                     f"value {value!r} for {ptr!r}")
         self.expect(op, len(rest) == 0 or rest[0] == ptr.with_element(ir.int1), "mask type")
         self.expect(op, op.result.type == value, f"result {op.result.type!r}")
