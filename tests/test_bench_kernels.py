@@ -324,7 +324,7 @@ def _captured_launches(name: str, rows: int, cols: int, dtype: torch.dtype, monk
     """The (kernel, args, constexprs, num_warps) the launcher of ``name`` would run,
     captured instead of run (the inputs are uninitialised: only their shapes count)."""
     launches = []
-    monkeypatch.setattr(dl.Kernel, "run", lambda self, grid, args, constexprs, num_warps=None, num_stages=1:
+    monkeypatch.setattr(dl.Kernel, "run", lambda self, grid, args, constexprs, num_warps=None, num_stages=1, maxnreg=None:
                         launches.append((self, tuple(args), dict(constexprs), num_warps)))
     spec = bench.BENCHES[name]
     like = spec.make_inputs(2, cols, dtype, torch.device("cpu"), torch.Generator().manual_seed(0))
@@ -573,6 +573,14 @@ def test_streamed_bias_gelu_candidates_on_gpu():
 @pytest.mark.parametrize("name", K.REREAD_OPS)
 def test_reread_candidates_on_gpu(name, dtype):
     _check_candidates_on_gpu(name, dtype, [(300, 8192), (40, 16384), (5, 20000)], "reread")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", K.REREAD_OPS)
+def test_register_capped_candidates_on_gpu(name):
+    """bf16 configs with ``maxnreg`` (the row widened again at each use), full and
+    masked rows."""
+    _check_candidates_on_gpu(name, torch.bfloat16, [(300, 4096), (40, 8192), (7, 6000)], "maxnreg")
 
 
 @pytest.mark.gpu

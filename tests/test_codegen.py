@@ -299,7 +299,7 @@ def test_generated_kernels_compile_to_ptx(name, monkeypatch):
     launches = []
     original = Kernel.run
 
-    def record(self, grid, args, constexprs, num_warps=None, num_stages=1):
+    def record(self, grid, args, constexprs, num_warps=None, num_stages=1, maxnreg=None):
         launches.append((self, tuple(args), dict(constexprs), num_warps))
         return original(self, grid, args, constexprs, num_warps, num_stages)
 

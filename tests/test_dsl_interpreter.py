@@ -152,9 +152,9 @@ def test_cuda_tensors_dispatch_to_the_runtime_launcher(monkeypatch):
     monkeypatch.setattr(dl.Kernel, "_device_of", lambda self, args: torch.device("cuda", 0))
     x = torch.randn(8)
     copy_kernel[lambda meta: (meta["BLOCK"] // 4, meta["num_warps"], meta["num_stages"])](x, x, 8, BLOCK=8)
-    copy_kernel[(3,)](x, x, 8, BLOCK=8, num_warps=8, num_stages=3)
-    assert launched[0] == (copy_kernel, (2, config.num_warps, 1), (x, x, 8), {"BLOCK": 8}, config.num_warps, 1)
-    assert launched[1] == (copy_kernel, (3,), (x, x, 8), {"BLOCK": 8}, 8, 3)
+    copy_kernel[(3,)](x, x, 8, BLOCK=8, num_warps=8, num_stages=3, maxnreg=40)
+    assert launched[0] == (copy_kernel, (2, config.num_warps, 1), (x, x, 8), {"BLOCK": 8}, config.num_warps, 1, None)
+    assert launched[1] == (copy_kernel, (3,), (x, x, 8), {"BLOCK": 8}, 8, 3, 40)
 
 
 def test_arguments_bind_by_keyword_too():

@@ -193,6 +193,25 @@ def evict_kernel(x_ptr, w_ptr, out_ptr, n, BLOCK: dl.constexpr):
     dl.store(out_ptr + offs, x * w, mask=mask)
 
 
+@dl.kernel
+def cache_modifier_kernel(x_ptr, w_ptr, out_ptr, n, BLOCK: dl.constexpr):
+    offs = dl.program_id(0) * BLOCK + dl.arange(0, BLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask, cache_modifier=".cg")
+    y = dl.load(x_ptr + offs, mask=mask, cache_modifier=".cg", eviction_policy="evict_first")
+    w = dl.load(w_ptr + dl.arange(0, BLOCK), cache_modifier=".ca")
+    v = dl.load(w_ptr + dl.arange(0, BLOCK), cache_modifier=".cv")
+    dl.store(out_ptr + offs, x * w + y * v, mask=mask)
+
+
+@dl.kernel
+def rms_rows_kernel(x_ptr, out_ptr, RBLOCK: dl.constexpr):
+    """One bf16 row a program, used twice after widening: x * rsqrt(mean(x * x))."""
+    offs = dl.program_id(0) * RBLOCK + dl.arange(0, RBLOCK)
+    x = dl.load(x_ptr + offs).to(dl.float32)
+    dl.store(out_ptr + offs, x * dl.rsqrt(dl.sum(x * x, 0) * (1.0 / RBLOCK)))
+
+
 def extra_cases(device: str, seed: int = 1) -> list[dsl_corpus.Case]:
     """Cases for the kernels above, in the corpus's format."""
     c = dsl_corpus._Builder(device, seed)
@@ -236,6 +255,13 @@ def extra_cases(device: str, seed: int = 1) -> list[dsl_corpus.Case]:
         x, w = c.randn(n), c.randn(256)
         c.add(f"eviction_hints_{n}", evict_kernel, (x, w, None, n), {"BLOCK": 256}, (4,),
               {2: x * w.repeat(4)[:n]})
+        c.add(f"cache_modifiers_{n}", cache_modifier_kernel, (x, w, None, n), {"BLOCK": 256}, (4,),
+              {2: 2 * x * w.repeat(4)[:n]})
+    for dtype in (torch.bfloat16, torch.float16):
+        x = c.randn(3, 2048, dtype=dtype)
+        xf = x.double()
+        want = (xf * torch.rsqrt((xf * xf).mean(1, keepdim=True))).to(dtype)
+        c.add(f"rms_rows_{dtype}", rms_rows_kernel, (x, None), {"RBLOCK": 2048}, (3,), {1: want})
     return c.cases
 
 
@@ -339,6 +365,63 @@ def test_eviction_policy_becomes_cache_hints():
     assert "ld.global.L1::evict_last.v2.b32" in old
     plain = _ptx("unmasked_scale")
     assert "evict" not in plain and "cache_hint" not in plain
+
+
+def test_cache_modifier_becomes_cache_operator():
+    """.cg/.ca/.cv are PTX cache operators; with an eviction policy too, the operator
+    replaces the L1 priority (PTX has no form with both) and the L2 policy stays."""
+    ptx = _ptx("cache_modifiers_1024")
+    assert re.search(r"ld\.global\.cg\.v2\.b32 ", ptx)
+    assert re.search(r"ld\.global\.cg\.L2::cache_hint\.v2\.b32 .*%l2_policy;", ptx)
+    assert re.search(r"ld\.global\.ca\.v2\.b32 ", ptx) and re.search(r"ld\.global\.cv\.v2\.b32 ", ptx)
+    assert "L1::evict" not in ptx
+    assert re.search(r"@%p\d+ ld\.global\.cg\.b32 ", _ptx("cache_modifiers_1000"))  # masked, unaligned
+
+
+def test_bad_cache_modifier_is_a_compilation_error():
+    @dl.kernel
+    def bad(x_ptr, BLOCK: dl.constexpr):
+        dl.load(x_ptr + dl.arange(0, BLOCK), cache_modifier=".cs")
+
+    with pytest.raises(dl.CompilationError, match=r"cache_modifier must be '', '\.ca', '\.cg', '\.cv'; got '\.cs'"):
+        bad.build_ir(bad.specialize_signature({"x_ptr": "*fp32"}, {"BLOCK": 4}))
+
+
+_WIDENING = re.compile(r"(shl\.b32\s+\S+, \S+, 16;|and\.b32\s+\S+, \S+, (0xffff0000|-65536);)")
+
+
+def _rms_rows_ptx(dtype: str, maxnreg) -> str:
+    spec = rms_rows_kernel.specialize_signature({"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}"}, {"RBLOCK": 2048},
+                                                divisible_by_16=[0, 1])
+    return compiler.compile_ptx(rms_rows_kernel.build_ir(spec), cc=(9, 0), num_warps=4, maxnreg=maxnreg).ptx
+
+
+def test_maxnreg_caps_registers_and_rematerialises_half_widening():
+    """Under maxnreg the widened bf16 row (16 values a thread) is widened again at its
+    second use from the loaded words, not kept live as fp32: twice the widenings."""
+    free, capped = _rms_rows_ptx("bf16", None), _rms_rows_ptx("bf16", 40)
+    assert ".maxnreg" not in free and re.search(r"\.maxnreg 40\b", capped)
+    assert len(_WIDENING.findall(free)) == 16
+    assert len(_WIDENING.findall(capped)) == 32
+    fp16 = _rms_rows_ptx("fp16", 40)
+    assert len(re.findall(r"cvt\.f32\.f16", fp16)) == 32
+    if assembler.can_assemble():
+        assembler.check_ptx_assembles(capped, (9, 0))
+
+
+@pytest.mark.parametrize("maxnreg", [8, 256, True, 64.0])
+def test_bad_maxnreg_is_rejected(maxnreg):
+    x = torch.randn(2048, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="maxnreg must be None or an int in \\[16, 255\\]"):
+        rms_rows_kernel[(1,)](x, torch.empty_like(x), RBLOCK=2048, maxnreg=maxnreg)
+
+
+def test_maxnreg_launch_runs_in_the_interpreter():
+    x = torch.randn(2, 2048, dtype=torch.bfloat16)
+    out = torch.full_like(x, float("nan"))
+    rms_rows_kernel[(2,)](x, out, RBLOCK=2048, maxnreg=64)
+    xf = x.double()
+    torch.testing.assert_close(out.double(), xf * torch.rsqrt((xf * xf).mean(1, keepdim=True)), rtol=1e-2, atol=1e-2)
 
 
 def _exp2_fma(x_ptr, y_ptr, out_ptr, BLOCK: dl.constexpr):

@@ -72,6 +72,7 @@ def test_key_is_deterministic_hex_and_ignores_toolchain_order():
         dict(toolchain={**TOOLCHAIN, "nvjitlink": "13.0"}),
         dict(ftz=True),
         dict(num_stages=2),
+        dict(maxnreg=96),
     ],
 )
 def test_key_changes_with_every_input(change):
@@ -509,7 +510,7 @@ def fake(fake_driver, monkeypatch, tmp_path):
     fake_driver.param_types = ("ptr", "ptr", "i32", "f32")
     compiled = []
 
-    def compile_ptx(fn, *, cc, num_warps, num_stages=1):
+    def compile_ptx(fn, *, cc, num_warps, num_stages=1, maxnreg=None):
         tag, name, spec = fn
         assert tag == "ir"
         compiled.append((name, spec, cc, num_warps))

@@ -57,7 +57,7 @@ def stub(fake_driver, monkeypatch):  # noqa: F811
 
     stages = []
 
-    def compile_ptx(fn, *, cc, num_warps, num_stages=1):
+    def compile_ptx(fn, *, cc, num_warps, num_stages=1, maxnreg=None):
         built.append(tuple(fn.args))
         stages.append(num_stages)
         param_types = tuple("ptr" if type_string(a.type)[0] == "*" else _PARAM_TYPES[type_string(a.type)]

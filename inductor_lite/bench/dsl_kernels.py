@@ -141,7 +141,8 @@ class RowConfig:
     ``programs_per_sm`` programs per SM that stride over the rows and load the next
     row before reducing the current one. ``reread`` (persistent, not streamed;
     softmax and the norms): the row is loaded again after each reduction instead of held in
-    registers.
+    registers. ``maxnreg`` (None: no cap): the launch's cap on registers per thread,
+    under which the compiler re-widens 16-bit rows at each use (`inductor_lite.dsl.nvptx`).
     """
 
     XBLOCK: int
@@ -150,14 +151,16 @@ class RowConfig:
     persistent: bool
     programs_per_sm: int = 0
     reread: bool = False
+    maxnreg: Optional[int] = None
 
     def __str__(self) -> str:
         """``4x1024 w4`` (persistent: XBLOCK x RBLOCK), ``1x16384 w4 reread``, ``loop
-        4096 w8`` or ``stream 16384 w16 2/SM``."""
+        4096 w8``, ``stream 16384 w16 2/SM``; `` r64`` ends one with ``maxnreg=64``."""
+        cap = f" r{self.maxnreg}" if self.maxnreg else ""
         if self.programs_per_sm:
-            return f"stream {self.RBLOCK} w{self.num_warps} {self.programs_per_sm}/SM"
+            return f"stream {self.RBLOCK} w{self.num_warps} {self.programs_per_sm}/SM{cap}"
         blocks = f"{self.XBLOCK}x{self.RBLOCK}" if self.persistent else f"loop {self.RBLOCK}"
-        return f"{blocks} w{self.num_warps}{' reread' if self.reread else ''}"
+        return f"{blocks} w{self.num_warps}{' reread' if self.reread else ''}{cap}"
 
 
 def next_power_of_2(n: int) -> int:
@@ -276,7 +279,13 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False, reread:
     using it again), from 4096 columns: one row per program re-read after each
     reduction, 4 to 16 warps, 16 to 128 values per thread (on an H200: softmax bf16
     over 16384 columns from 84% to 86% of copy bandwidth, RMSNorm bf16 over 8192 from
-    88% to 90%).
+    88% to 90%). Half inputs of those ops: each persistent one-row config of 32 or 64
+    values a thread and up to 8 warps, again with ``maxnreg=96``, under which the
+    compiler widens the row again at each use instead of keeping it in fp32 (on an
+    H200, LayerNorm bf16 over 4096 and 8192 columns at 4 warps reached 88% and 86% of
+    copy bandwidth where the best uncapped configs reached 82% and 83%; over 32768
+    columns at 16 warps, the cap of 64 that fits two programs an SM spilled and was
+    slower).
     """
     default = row_config(cols, element_size)
     rblock = next_power_of_2(cols)
@@ -297,6 +306,8 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False, reread:
             fits = xblock == 1 or rblock <= (8192 if half else 4096)
             if 1 <= warps <= 32 and fits:
                 options.append(RowConfig(xblock, rblock, warps, True))
+                if reread and half and xblock == 1 and per_thread in (32, 64) and warps <= 8:
+                    options.append(RowConfig(xblock, rblock, warps, True, maxnreg=96))
     if rblock >= 2048:
         options += [RowConfig(1, chunk, warps, False) for chunk, warps in ((1024, 4), (2048, 8)) if chunk < rblock]
     if rblock >= 8192:
@@ -386,7 +397,10 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
 # NO_MASK: cols == RBLOCK and XBLOCK divides rows. REREAD: no row-sized value stays in
 # registers across a reduction; each pass after the first loads the row again, from
 # L1 or L2 (the first load asks to keep it: evict_last). Fewer registers a thread
-# means more programs per SM on long rows.
+# means more programs per SM on long rows. Otherwise the norms read the row through
+# L2 only (cache_modifier ".cg") and ask L1 to keep the weights (evict_last), which
+# every program reads again: on an H200 that took RMSNorm bf16 over 16384 columns
+# from 85% to 87% of copy bandwidth and LayerNorm bf16 over 8192 from 83% to 86%.
 
 
 @dl.kernel
@@ -428,7 +442,8 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.
     cmask = None if NO_MASK else col < cols
     mask = None if NO_MASK else (row < rows) & cmask
     offs = row * cols + col
-    x = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_last" if REREAD else "").to(dl.float32)
+    x = dl.load(x_ptr + offs, mask=mask, cache_modifier="" if REREAD else ".cg",
+                eviction_policy="evict_last" if REREAD else "").to(dl.float32)
     if WELFORD:
         mean, m2, _ = dl.welford(x, 0.0, 1.0 if NO_MASK else cmask, 1, keep_dims=True)
         if REREAD:
@@ -445,8 +460,8 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.
         if REREAD:
             d = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first").to(dl.float32) - mean
     rstd = dl.rsqrt(m2 * (1.0 / cols) + eps)
-    w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
-    b = dl.load(b_ptr + col, mask=cmask).to(dl.float32)
+    w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
+    b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
     dl.store(out_ptr + offs, d * rstd * w + b, mask=mask)
 
 
@@ -460,11 +475,12 @@ def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr
     cmask = None if NO_MASK else col < cols
     mask = None if NO_MASK else (row < rows) & cmask
     offs = row * cols + col
-    x = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_last" if REREAD else "").to(dl.float32)
+    x = dl.load(x_ptr + offs, mask=mask, cache_modifier="" if REREAD else ".cg",
+                eviction_policy="evict_last" if REREAD else "").to(dl.float32)
     rstd = dl.rsqrt(dl.sum(x * x, 1) * (1.0 / cols) + eps)[:, None]
     if REREAD:
         x = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first").to(dl.float32)
-    w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
+    w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
     dl.store(out_ptr + offs, x * rstd * w, mask=mask)
 
 
@@ -650,9 +666,9 @@ def layer_norm_streamed_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, RB
     pid, step = dl.program_id(0), dl.num_programs(0)
     col = dl.arange(0, RBLOCK)
     cmask = None if NO_MASK else col < cols
-    x = dl.load(x_ptr + pid * cols + col, mask=cmask)
+    x = dl.load(x_ptr + pid * cols + col, mask=cmask, cache_modifier=".cg")
     for row in range(pid, rows, step):
-        x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask)
+        x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask, cache_modifier=".cg")
         xf = x.to(dl.float32)
         if WELFORD:
             mean, m2, _ = dl.welford(xf, 0.0, 1.0 if NO_MASK else cmask, 0)
@@ -663,8 +679,8 @@ def layer_norm_streamed_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, RB
                 d = dl.where(cmask, d, 0.0)
             m2 = dl.sum(d * d, 0)
         rstd = dl.rsqrt(m2 * (1.0 / cols) + eps)
-        w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
-        b = dl.load(b_ptr + col, mask=cmask).to(dl.float32)
+        w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
+        b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
         dl.store(out_ptr + row * cols + col, d * rstd * w + b, mask=cmask)
         x = x_next
 
@@ -675,12 +691,12 @@ def rms_norm_streamed_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, RBLOCK: dl.
     pid, step = dl.program_id(0), dl.num_programs(0)
     col = dl.arange(0, RBLOCK)
     cmask = None if NO_MASK else col < cols
-    x = dl.load(x_ptr + pid * cols + col, mask=cmask)
+    x = dl.load(x_ptr + pid * cols + col, mask=cmask, cache_modifier=".cg")
     for row in range(pid, rows, step):
-        x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask)
+        x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask, cache_modifier=".cg")
         xf = x.to(dl.float32)
         rstd = dl.rsqrt(dl.sum(xf * xf, 0) * (1.0 / cols) + eps)
-        w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
+        w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
         dl.store(out_ptr + row * cols + col, xf * rstd * w, mask=cmask)
         x = x_next
 
@@ -766,15 +782,16 @@ def _launch_rows(persistent_kernel, looped_kernel, config: RowConfig, rows: int,
     if config.programs_per_sm:
         grid = (min(rows, config.programs_per_sm * _sm_count(tensors[0].device)),)
         streamed_kernel[grid](*tensors, rows, cols, *scalars, RBLOCK=config.RBLOCK, NO_MASK=cols == config.RBLOCK,
-                              num_warps=config.num_warps, **constexprs)
+                              num_warps=config.num_warps, maxnreg=config.maxnreg, **constexprs)
     elif config.persistent:
         grid = (dl.cdiv(rows, config.XBLOCK),)
         no_mask = cols == config.RBLOCK and rows % config.XBLOCK == 0
         persistent_kernel[grid](*tensors, rows, cols, *scalars, XBLOCK=config.XBLOCK, RBLOCK=config.RBLOCK,
-                                NO_MASK=no_mask, num_warps=config.num_warps, **constexprs,
+                                NO_MASK=no_mask, num_warps=config.num_warps, maxnreg=config.maxnreg, **constexprs,
                                 **(persistent_constexprs or {}))
     else:
-        looped_kernel[(rows,)](*tensors, cols, *scalars, RBLOCK=config.RBLOCK, num_warps=config.num_warps)
+        looped_kernel[(rows,)](*tensors, cols, *scalars, RBLOCK=config.RBLOCK, num_warps=config.num_warps,
+                               maxnreg=config.maxnreg)
 
 
 def add(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = None,

@@ -14,6 +14,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass
+from typing import Optional
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -105,10 +106,13 @@ def _check_lowerable(module: llvm.ModuleRef, name: str) -> None:
         raise NVPTXCompilationError(name, None, f"LLVM IR calls {bad}, which NVPTX cannot lower")
 
 
-def compile_ptx(fn: ir.Function, *, cc: tuple[int, int], num_warps: int, num_stages: int = 1) -> CompiledPTX:
+def compile_ptx(fn: ir.Function, *, cc: tuple[int, int], num_warps: int, num_stages: int = 1,
+                maxnreg: Optional[int] = None) -> CompiledPTX:
     """Compile ``fn`` to PTX for compute capability ``cc`` and ``num_warps`` warps;
     ``num_stages >= 2`` pipelines the loads of ``for`` loops that many stages deep
-    (`nvptx_pipeline`; sm_80+).
+    (`nvptx_pipeline`; sm_80+); ``maxnreg`` caps the registers per thread (PTX
+    ``.maxnreg``, which ptxas meets by spilling if it must; `nvptx` rematerialises
+    widened half loads under a cap).
 
     Raises:
         NVPTXCompilationError: the IR uses something the backend does not support, or
@@ -118,7 +122,8 @@ def compile_ptx(fn: ir.Function, *, cc: tuple[int, int], num_warps: int, num_sta
     cc = (int(cc[0]), int(cc[1]))
     try:
         tm = target_machine(cc)
-        lowered = lower(fn, num_warps=num_warps, data_layout=str(tm.target_data), cc=cc, num_stages=num_stages)
+        lowered = lower(fn, num_warps=num_warps, data_layout=str(tm.target_data), cc=cc, num_stages=num_stages,
+                        maxnreg=maxnreg)
     except (LoweringError, ValueError) as e:
         raise NVPTXCompilationError(fn.name, getattr(e, "loc", None), str(e)) from e
     text = str(lowered.module)

@@ -29,7 +29,7 @@ math             x (, y)                     fn (MATH_FNS)                  same
 select           cond(i1), a, b              -                              type of a
 cast             x                           -                              result type
 bitcast          x                           -                              result type
-load             ptr (, mask (, other))      [eviction_policy]              pointee type
+load             ptr (, mask (, other))      [cache_modifier, eviction_policy] pointee type
 store            ptr, value (, mask)         -                              none
 atomic           ptr, value (, mask)         op, sem, scope (ATOMIC_*)      old value (scalar)
 reduce           x                           axis, combine (REDUCE_KINDS)   x's shape less axis
@@ -108,6 +108,10 @@ COMPARE_PREDS = ("lt", "le", "gt", "ge", "eq", "ne")
 EVICTION_POLICIES = ("evict_first", "evict_last")
 """A load's cache hint (Triton's names): read-once data leaves the caches first, or
 data read again stays longest. Hints change speed, never results."""
+CACHE_MODIFIERS = (".ca", ".cg", ".cv")
+"""A load's PTX cache operator (Triton's ``cache_modifier``): cache in L1 and L2
+(``.ca``, the default), in L2 only (``.cg``: data read once, so it leaves L1 to data
+read again, such as a norm's weight), or fetch again (``.cv``). Speed, never results."""
 MATH_FNS = (
     "neg", "not", "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt",
     "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil",

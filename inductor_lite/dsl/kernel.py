@@ -1,6 +1,6 @@
 """``@dl.kernel``: a DSL kernel's source, specialisation and launch dispatch.
 
-``kernel[grid](*args, num_warps=None, num_stages=1, **constexprs)`` binds the arguments, validates
+``kernel[grid](*args, num_warps=None, num_stages=1, maxnreg=None, **constexprs)`` binds the arguments, validates
 them, resolves the grid and runs the kernel: in the interpreter for CPU tensors (or
 any tensors when ``config.interpret`` is set), through
 ``inductor_lite.runtime.launcher.launch`` for CUDA tensors.
@@ -22,6 +22,7 @@ import torch
 from ..config import config
 from . import interpreter, ir, language
 from .frontend import build_function
+from .nvptx import check_maxnreg
 from .nvptx_pipeline import check_num_stages
 from .verifier import verify
 
@@ -220,24 +221,27 @@ class Kernel:
         raise TypeError(f"kernel {self.name} is launched as {self.name}[grid](...), not called directly")
 
     def __getitem__(self, grid: Union[Sequence[int], Callable[[dict], Sequence[int]]]) -> Callable:
-        """``kernel[grid]``: a launcher ``(*args, num_warps=None, num_stages=1, **constexprs)``; ``grid``
+        """``kernel[grid]``: a launcher ``(*args, num_warps=None, num_stages=1, maxnreg=None, **constexprs)``; ``grid``
         is a tuple of 1-3 program counts or a callable ``meta -> tuple``."""
         return _Launcher(self, grid)
 
     # ------------------------------------------------------------------ launching
 
     def run(self, grid, args: Sequence[Any], constexprs: dict[str, Any], num_warps: Optional[int] = None,
-            num_stages: int = 1) -> None:
+            num_stages: int = 1, maxnreg: Optional[int] = None) -> None:
         """Validate, resolve the grid (``grid(meta)`` with ``meta = dict(constexprs,
         num_warps=..., num_stages=...)`` when callable) and run the kernel on the tensors'
         device. ``num_stages`` (Triton's name) pipelines the loads of ``for`` loops that
-        many stages deep on the GPU (`nvptx_pipeline`); it never changes results.
+        many stages deep on the GPU (`nvptx_pipeline`); ``maxnreg`` (Triton's name; None:
+        no cap) caps the registers a thread may use on the GPU, in [16, 255] (`nvptx`).
+        Neither changes results.
 
         Raises:
             TypeError: wrong argument count, missing or unknown constexprs, an argument
                 of an unsupported type or dtype, a malformed grid.
             ValueError: tensors on different devices or on an unsupported device, an int
-                outside int64, a negative grid entry, a bad ``num_warps`` or ``num_stages``.
+                outside int64, a negative grid entry, a bad ``num_warps``, ``num_stages`` or
+                ``maxnreg``.
             IndexError: (interpreter) an unmasked access outside a tensor's storage.
         """
         args = tuple(args)
@@ -252,6 +256,7 @@ class Kernel:
         if num_warps not in _NUM_WARPS or isinstance(num_warps, bool):
             raise ValueError(f"kernel {self.name}: num_warps must be one of {_NUM_WARPS}, got {num_warps!r}")
         check_num_stages(self.name, num_stages)
+        check_maxnreg(self.name, maxnreg)
         device = self._device_of(args)
         grid = self._resolve_grid(grid, constexprs, num_warps, num_stages)
         if 0 in grid:
@@ -260,7 +265,7 @@ class Kernel:
             interpreter.run(self, grid, args, constexprs)
         elif device.type == "cuda":
             launcher = sys.modules.get(_LAUNCHER_MODULE) or importlib.import_module(_LAUNCHER_MODULE)
-            launcher.launch(self, grid, args, constexprs, num_warps, num_stages)
+            launcher.launch(self, grid, args, constexprs, num_warps, num_stages, maxnreg)
         else:
             raise ValueError(f"kernel {self.name}: tensors on {device} are not supported (CPU or CUDA only)")
 
@@ -468,12 +473,13 @@ class _Launcher:
         self.kernel = kernel
         self.grid = grid
 
-    def __call__(self, *args, num_warps: Optional[int] = None, num_stages: int = 1, **kwargs) -> None:
+    def __call__(self, *args, num_warps: Optional[int] = None, num_stages: int = 1, maxnreg: Optional[int] = None,
+                 **kwargs) -> None:
         k = self.kernel
         if len(args) == len(k.runtime_arg_names) and k._constexpr_set.issuperset(kwargs):
-            return k.run(self.grid, args, kwargs, num_warps, num_stages)
+            return k.run(self.grid, args, kwargs, num_warps, num_stages, maxnreg)
         runtime, constexprs = k._bind(args, kwargs)
-        return k.run(self.grid, runtime, constexprs, num_warps, num_stages)
+        return k.run(self.grid, runtime, constexprs, num_warps, num_stages, maxnreg)
 
 
 def _is_plain_constant(value: Any) -> bool:

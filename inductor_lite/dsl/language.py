@@ -82,12 +82,16 @@ def zeros(shape: Sequence[int], dtype: ir.DType) -> Any:
 
 
 @_builtin
-def load(pointer: Any, mask: Any = None, other: Any = None, eviction_policy: str = "") -> Any:
+def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "",
+         eviction_policy: str = "") -> Any:
     """Gather from global memory. ``pointer``, ``mask`` (int1) and ``other`` broadcast
     together; masked-off lanes are not read and give ``other`` (0 if omitted).
+    ``cache_modifier`` (a constant string): ``""``, ``".ca"`` (cache in L1 and L2),
+    ``".cg"`` (L2 only: data read once, which then leaves L1 to data read again, such
+    as a norm's weight) or ``".cv"`` (fetch again), PTX's cache operators.
     ``eviction_policy`` (a constant string): ``""``, ``"evict_first"`` (data read once:
     it leaves L1 and L2 first) or ``"evict_last"`` (data read again, such as a norm's
-    weight: it stays longest), as in Triton."""
+    weight: it stays longest). Both as in Triton; neither changes results."""
     raise _outside("load")
 
 

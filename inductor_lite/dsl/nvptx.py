@@ -8,9 +8,16 @@ order of its layout's `Distribution`); scalars are single values every thread ho
 layout conversions, and `nvptx_pipeline` the ``cp.async`` pipelining of loads in
 loops (``num_stages``), whose buffers take the start of shared memory.
 
+With a register cap (``maxnreg``, Triton's launch option; PTX ``.maxnreg``), fp16/bf16
+loads widened to fp32 and used more than once are *rematerialised*: widened again at
+each use from the loaded words, instead of keeping the fp32 values live in between
+(`plan_rematerialization`). A bf16 row of 64 values a thread then holds 32 registers
+across its reductions, not 64, for one more instruction a value and use.
+
 The kernel is ``define void @<fn.name>(...)`` marked as an entry through
 ``nvvm.annotations`` (``kernel``, ``maxntidx``); LLVM >= 20 upgrades these to the
-``ptx_kernel`` calling convention and the ``nvvm.maxntid`` attribute. Thread-index
+``ptx_kernel`` calling convention and the ``nvvm.maxntid`` attribute (``maxnreg`` the
+same way). Thread-index
 math that depends only on ``%tid.x`` is emitted once, in the entry block.
 """
 
@@ -72,10 +79,57 @@ class LoweredKernel:
     param_types: tuple[str, ...]
 
 
+MIN_MAXNREG, MAX_MAXNREG = 16, 255
+"""Range of ``maxnreg``: ptxas allocates registers per thread in [16, 255] (sm_50+)."""
+
+
+def check_maxnreg(name: str, maxnreg) -> None:
+    """Raise ValueError unless ``maxnreg`` is None or an int in [16, 255]."""
+    if maxnreg is not None and (isinstance(maxnreg, bool) or not isinstance(maxnreg, int)
+                                or not MIN_MAXNREG <= maxnreg <= MAX_MAXNREG):
+        raise ValueError(f"kernel {name!r}: maxnreg must be None or an int in [{MIN_MAXNREG}, {MAX_MAXNREG}], "
+                         f"got {maxnreg!r}")
+
+
+def plan_rematerialization(fn: ir.Function, plan) -> frozenset[int]:
+    """Ids of the values to widen again at each use rather than once: casts of a
+    loaded fp16/bf16 block to fp32, placed in a layout (not `FREE`), with two or more
+    using ops, all in the cast's own block (a use in a loop body would widen on every
+    trip). Holding the loaded words instead of fp32 values halves the registers such a
+    value takes between its uses, e.g. across a row's reductions; each further use
+    costs one instruction a value (`ScalarCodegen.widen_at_use`)."""
+    users: dict[int, list[int]] = {}  # value id -> id(block) of each op that uses it
+    casts: list[tuple[ir.Op, int]] = []
+    defs = {r.id: op for op in fn.walk() for r in op.results}
+
+    def visit(block: ir.Block) -> None:
+        for op in block.ops:
+            for vid in {o.id for o in op.operands}:
+                users.setdefault(vid, []).append(id(block))
+            if op.opcode == "cast":
+                casts.append((op, id(block)))
+            if op.opcode == "for":
+                visit(op.attrs["body"])
+
+    visit(fn.body)
+    remat = set()
+    for op, block in casts:
+        src, res = op.operands[0], op.result
+        source = defs.get(src.id)
+        where = users.get(res.id, [])
+        if (source is not None and source.opcode == "load" and not res.type.is_scalar
+                and src.type.element in (ir.float16, ir.bfloat16) and res.type.element == ir.float32
+                and plan.home(res) != FREE and len(where) >= 2 and all(b == block for b in where)):
+            remat.add(res.id)
+    return frozenset(remat)
+
+
 class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
-    def __init__(self, fn: ir.Function, num_warps: int, data_layout: str, cc: tuple[int, int], num_stages: int = 1):
+    def __init__(self, fn: ir.Function, num_warps: int, data_layout: str, cc: tuple[int, int], num_stages: int = 1,
+                 maxnreg: Optional[int] = None):
         if num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32:
             raise LoweringError(f"num_warps={num_warps} must be a power of two between 1 and 32")
+        check_maxnreg(fn.name, maxnreg)
         self.fn = fn
         self.num_warps = num_warps
         self.cc = tuple(cc)
@@ -87,6 +141,8 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
         self.pipelines, self.scratch_offset = plan_pipelines(fn, self.plan, self.axis, num_stages, num_warps, cc)
         self._pipelined: dict = {}
         self.defs: dict[int, ir.Op] = {r.id: op for op in fn.walk() for r in op.results}
+        self.maxnreg = maxnreg
+        self.remat = plan_rematerialization(fn, self.plan) if maxnreg is not None else frozenset()
         self.module = llir.Module(name=fn.name)
         self.module.triple = TRIPLE
         self.module.data_layout = data_layout
@@ -122,6 +178,9 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
         self.module.add_named_metadata("nvvm.annotations", [self.kernel, "kernel", i32])
         self.module.add_named_metadata(
             "nvvm.annotations", [self.kernel, "maxntidx", llir.Constant(I32, WARP_SIZE * self.num_warps)])
+        if self.maxnreg is not None:
+            self.module.add_named_metadata(
+                "nvvm.annotations", [self.kernel, "maxnreg", llir.Constant(I32, self.maxnreg)])
         # libdevice asks NVVMReflect "__CUDA_FTZ": 0 keeps subnormals, as torch does; 1
         # (`ir.Function.ftz`) takes its flush-to-zero paths, e.g. exp2 as one ex2.approx.ftz.
         self.module.add_named_metadata("llvm.module.flags", [llir.Constant(I32, 4), "nvvm-reflect-ftz",
@@ -246,7 +305,12 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
         return x
 
     def regs(self, v: ir.Value, layout: Layout) -> list[llir.Value]:
-        """The registers of block ``v`` in ``layout`` (recomputed or converted on demand)."""
+        """The registers of block ``v`` in ``layout`` (recomputed or converted on demand;
+        a rematerialised value is widened anew on every call)."""
+        if v.id in self.remat:
+            cast = self.defs[v.id]
+            source = cast.operands[0]
+            return [self.widen_at_use(r, source.type.element) for r in self.regs(source, layout)]
         dist = distribute(layout, v.type.shape)
         found = self._lookup((v.id, dist))
         if found is not None:
@@ -311,7 +375,7 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
             res = op.result
             if res.type.is_scalar:
                 self.bind_scalar(res, self.emit(op, None)[0])
-            elif self.plan.home(res) != FREE:
+            elif self.plan.home(res) != FREE and res.id not in self.remat:
                 layout = self.plan.home(res)
                 self.bind_regs(res, distribute(layout, res.type.shape), self.emit(op, layout))
 
@@ -394,7 +458,11 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
                             distribute(layout, op.result.type.shape))
 
     def _elementwise(self, op, layout, f):
-        cols = [self.operand_regs(o, layout) for o in op.operands]
+        fetched = {}  # one fetch per distinct operand: ``x * x`` widens a rematerialised x once
+        for o in op.operands:
+            if o.id not in fetched:
+                fetched[o.id] = self.operand_regs(o, layout)
+        cols = [fetched[o.id] for o in op.operands]
         n = max(len(c) for c in cols)
         cols = [c * n if len(c) == 1 else c for c in cols]
         return [f(*(c[i] for c in cols)) for i in range(n)]
@@ -539,19 +607,22 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
 
 
 def lower(fn: ir.Function, *, num_warps: int, cc: tuple[int, int], data_layout: str = "",
-          num_stages: int = 1) -> LoweredKernel:
+          num_stages: int = 1, maxnreg: Optional[int] = None) -> LoweredKernel:
     """Lower ``fn`` to an ``llvmlite.ir`` module for ``num_warps`` warps per program on
     compute capability ``cc``; ``num_stages >= 2`` pipelines loop loads through shared
-    memory (`nvptx_pipeline`).
+    memory (`nvptx_pipeline`); ``maxnreg`` caps the registers per thread (and turns on
+    rematerialisation, see the module docstring).
 
     Raises:
         LoweringError: an op, type or shape this backend does not support (the message
             names it).
+        ValueError: ``maxnreg`` outside [16, 255].
     """
-    lowering = _Lowering(fn, num_warps, data_layout, cc, num_stages)
+    lowering = _Lowering(fn, num_warps, data_layout, cc, num_stages, maxnreg)
     lowering.lower_args()
     lowering.lower_block(fn.body)
     return lowering.finish()
 
 
-__all__ = ["LoweredKernel", "LoweringError", "lower", "param_kind", "TRIPLE"]
+__all__ = ["LoweredKernel", "LoweringError", "check_maxnreg", "lower", "param_kind", "plan_rematerialization",
+           "TRIPLE"]

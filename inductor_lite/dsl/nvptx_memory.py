@@ -13,8 +13,10 @@ are predicated PTX, as Triton does: the ``other`` value is moved into the
 destination registers first, then ``@p ld.global...`` overwrites them where the
 mask holds. Stores from threads that only hold copies of elements (replicated
 layouts) are masked off, so each element is written once. Loads with an eviction
-policy are PTX too (``ld.global.L1::evict_first.L2::cache_hint`` with a
-``createpolicy`` operand on sm_80+), predicated when masked.
+policy or a cache operator are PTX too (``ld.global.L1::evict_first.L2::cache_hint`` with
+a ``createpolicy`` operand on sm_80+, ``ld.global.cg``), predicated when masked. PTX
+has no form with both an L1 eviction priority and a cache operator: with both, the
+operator and the L2 policy apply.
 
 A program's (scalar) atomic is one thread's PTX ``atom``, between two barriers: the
 first orders every thread's earlier writes before a release, the second every
@@ -132,19 +134,22 @@ class MemoryCodegen:
         return b.zext(x, I16) if word == 8 else x
 
     # -- accesses ------------------------------------------------------------------------
-    def _cache_hint(self, policy: str) -> tuple[str, str, str]:
-        """(asm before the load, the load's qualifiers, its extra operand) for an
-        eviction policy: the L1 eviction priority and, on sm_80+, an L2 access policy
-        made by ``createpolicy`` (as Triton does)."""
+    def _cache_hint(self, policy: str, modifier: str = "") -> tuple[str, str, str]:
+        """(asm before the load, the load's qualifiers, its extra operand) for a cache
+        operator (``modifier``) and an eviction policy: the L1 eviction priority (unless
+        there is an operator) and, on sm_80+, an L2 access policy made by
+        ``createpolicy`` (as Triton does)."""
         if not policy:
-            return "", "", ""
+            return "", modifier, ""
         level = "evict_first" if policy == "evict_first" else "evict_last"
+        l1 = modifier or f".L1::{level}"
         if self.cc < (8, 0):
-            return "", f".L1::{level}", ""
+            return "", l1, ""
         return (f"createpolicy.fractional.L2::{level}.b64 %l2_policy, 1.0;\n\t",
-                f".L1::{level}.L2::cache_hint", ", %l2_policy")
+                f"{l1}.L2::cache_hint", ", %l2_policy")
 
-    def _load_words(self, ptr, pred, others, word: int, n: int, policy: str = "") -> list[llir.Value]:
+    def _load_words(self, ptr, pred, others, word: int, n: int, policy: str = "",
+                    modifier: str = "") -> list[llir.Value]:
         c = _CONSTRAINT[word]
         rt = I16 if word == 8 else llir.IntType(word)
         reg_bits = 16 if word == 8 else word
@@ -160,7 +165,7 @@ class MemoryCodegen:
                 args.append(self._word_value(word, o, self.b))
                 constraints.append(c)
         guard = "" if pred is None else f"@${n + 1} "
-        setup, qualifiers, operand = self._cache_hint(policy)
+        setup, qualifiers, operand = self._cache_hint(policy, modifier)
         load = f"{guard}ld.global{qualifiers}{vs}.b{word} {dst}, [${n}]{operand};"
         asm += f"{{\n\t.reg .b64 %l2_policy;\n\t{setup}{load}\n\t}}" if setup else load
         ret = rt if n == 1 else llir.LiteralStructType([rt] * n)
@@ -181,13 +186,14 @@ class MemoryCodegen:
         self.b.call(llir.InlineAsm(fty, asm, ",".join(["l"] + [c] * n + ["b"]), side_effect=True), args)
 
     def load_group(self, ptr, pred, others, elem: ir.ElementType, vec: int, name: str = "",
-                   policy: str = "") -> list[llir.Value]:
+                   policy: str = "", modifier: str = "") -> list[llir.Value]:
         """Load ``vec`` consecutive elements at ``ptr`` (predicated by ``pred`` if given;
-        ``policy``: an `ir.EVICTION_POLICIES` cache hint, or "")."""
+        ``policy``: an `ir.EVICTION_POLICIES` cache hint, or ""; ``modifier``: an
+        `ir.CACHE_MODIFIERS` cache operator, or "")."""
         mt = mem_type(elem)
         bits = 8 * element_bytes(elem)
         word, n = _word_shape(bits, vec)
-        if pred is None and word == bits and not policy:
+        if pred is None and word == bits and not policy and not modifier:
             t = mt if vec == 1 else llir.VectorType(mt, vec)
             v = self.b.load(ptr, typ=t, align=vec * element_bytes(elem), name=name)
             elems = [v] if vec == 1 else [self.b.extract_element(v, llir.Constant(I32, i)) for i in range(vec)]
@@ -195,7 +201,7 @@ class MemoryCodegen:
             other_words = None
             if others is not None:
                 other_words = self._pack([self.to_memory(o, elem) for o in others], bits)
-            words = self._load_words(ptr, pred, other_words, word, n, policy)
+            words = self._load_words(ptr, pred, other_words, word, n, policy, modifier)
             elems = self._unpack(words, bits, vec, mt)
         return [self.from_memory(e, elem) for e in elems]
 
@@ -241,11 +247,12 @@ class MemoryCodegen:
         elem = op.result.type.element
         name = op.result.name
         policy = op.attrs.get("eviction_policy", "")
+        modifier = op.attrs.get("cache_modifier", "")
         if layout is None:
             p = self.scalar(ptr)
             pred = self.scalar(mask) if mask is not None else None
             o = [self.scalar(other)] if other is not None else None
-            return self.load_group(p, pred, o, elem, 1, name, policy)
+            return self.load_group(p, pred, o, elem, 1, name, policy, modifier)
         dist = distribute(layout, op.result.type.shape)
         ptrs = self.regs(ptr, layout)
         preds = self.regs(mask, layout) if mask is not None else None
@@ -254,7 +261,7 @@ class MemoryCodegen:
         out = []
         for g in range(0, dist.num_regs, vec):
             out += self.load_group(ptrs[g], preds[g] if preds else None,
-                                   others[g:g + vec] if others else None, elem, vec, name, policy)
+                                   others[g:g + vec] if others else None, elem, vec, name, policy, modifier)
         return out
 
     def lower_atomic(self, op: ir.Op) -> llir.Value:

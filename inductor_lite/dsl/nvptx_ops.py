@@ -93,6 +93,10 @@ def bf16_bits(value: float) -> int:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
+def _equal_constant(v: llir.Value, value: int) -> bool:
+    return isinstance(v, llir.Constant) and v.constant == value
+
+
 def constant(t: ir.ElementType, value) -> llir.Constant:
     """An LLVM constant of element type ``t``."""
     if isinstance(t, ir.PointerType):
@@ -145,6 +149,34 @@ class ScalarCodegen:
         if t.name == "float16":
             return self.b.fpext(x, F32)
         return x
+
+    def widen_at_use(self, x: llir.Value, t: ir.DType) -> llir.Value:
+        """fp32 value of fp16/bf16 register ``x``, as `to_f32` computes it, but opaque to
+        LLVM (inline PTX with side effects) so that one per use survives common
+        subexpression elimination: a rematerialised widening (see
+        `nvptx.plan_rematerialization`). Where ``x`` is a half of a loaded 32-bit word
+        (``trunc(word)`` or ``trunc(word >> 16)``, as `MemoryCodegen` unpacks them), the
+        widening reads the word, so only the packed words stay live.
+
+        Raises:
+            LoweringError: ``t`` is not fp16 or bf16.
+        """
+        if not self.is_half(t):
+            raise LoweringError(f"widen_at_use widens fp16/bf16, not {t}")
+        bits = x.operands[0] if isinstance(x, llir.CastInstr) and x.opname == "bitcast" else x
+        word, high = None, False
+        if isinstance(bits, llir.CastInstr) and bits.opname == "trunc" and bits.operands[0].type == I32:
+            word = bits.operands[0]
+            if (isinstance(word, llir.Instruction) and word.opname == "lshr"
+                    and _equal_constant(word.operands[1], 16)):
+                word, high = word.operands[0], True
+        if word is None:
+            word = self.b.zext(bits if bits.type == I16 else self.b.bitcast(bits, I16), I32)
+        if t.name == "bfloat16":  # the bf16 bits are the fp32 value's upper half
+            asm = "and.b32 $0, $1, 0xffff0000;" if high else "shl.b32 $0, $1, 16;"
+        else:
+            asm = f"{{.reg .b16 lo, hi;\n\tmov.b32 {{lo, hi}}, $1;\n\tcvt.f32.f16 $0, {'hi' if high else 'lo'};}}"
+        return self.b.call(llir.InlineAsm(llir.FunctionType(F32, [I32]), asm, "=f,r", side_effect=True), [word])
 
     def from_f32(self, x: llir.Value, t: ir.DType) -> llir.Value:
         if t.name == "bfloat16":

@@ -367,7 +367,10 @@ class ReduceCodegen:
                       for j, s in enumerate(states)]
         groups = _thread_groups(states, src, axis, out)
         if op.opcode == "welford_combine" and self._raw_values(op):
-            return [self._two_pass_state(g) for g in groups]
+            # A rematerialised x is widened again for the deviations, not kept live.
+            again = (_thread_groups(self.regs(x, layout), src, axis, out) if x.id in self.remat
+                     else [[v for v, _, _ in g] for g in groups])
+            return [self._two_pass_state(g, xs) for g, xs in zip(groups, again)]
         return [_pairwise(g, combine) for g in groups]
 
     def _first_index_pattern(self, x: ir.Value, axis: int):
@@ -454,10 +457,11 @@ class ReduceCodegen:
         """A Welford reduction of raw values: m2 is the constant 0."""
         return self._is_constant(op.operands[1], 0.0)
 
-    def _two_pass_state(self, group: list[State]) -> State:
+    def _two_pass_state(self, group: list[State], xs: list[llir.Value]) -> State:
         """The Welford state (mean, m2, weight) of a thread's (x, 0, w) registers: the
         weighted mean, then the weighted squared deviations from it (0, 0, 0 if every
-        weight is 0). Sums are pairwise, in register order."""
+        weight is 0), of ``xs`` (the same x values, possibly widened anew). Sums are
+        pairwise, in register order."""
         b = self.b
         t = group[0][0].type
         zero = llir.Constant(t, 0.0)
@@ -471,7 +475,7 @@ class ReduceCodegen:
             weight = total([w for _, _, w in group])
         weighted = total([b.fmul(x, w, flags=FP_CONTRACT) for x, _, w in group])
         mean = b.select(b.fcmp_ordered("==", weight, zero), zero, b.fdiv(weighted, weight))
-        deviations = [b.fsub(x, mean, flags=FP_CONTRACT) for x, _, _ in group]
+        deviations = [b.fsub(x, mean, flags=FP_CONTRACT) for x in xs]
         m2 = total([b.fmul(b.fmul(d, d, flags=FP_CONTRACT), w, flags=FP_CONTRACT)
                     for d, (_, _, w) in zip(deviations, group)])
         return mean, m2, weight

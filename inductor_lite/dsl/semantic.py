@@ -593,13 +593,18 @@ def _mask_operand(b: Builder, mask: Any, what: str) -> Optional[Tensor]:
     return mask
 
 
-def load(b: Builder, ptr: Any, mask: Any = None, other: Any = None, eviction_policy: str = "") -> Tensor:
+def load(b: Builder, ptr: Any, mask: Any = None, other: Any = None, cache_modifier: str = "",
+         eviction_policy: str = "") -> Tensor:
     """Gather through ``ptr``; with a mask, masked-off lanes give ``other`` (default 0)
     cast to the pointee type. ``ptr``, ``mask`` and ``other`` broadcast together.
-    ``eviction_policy``: ``""`` or one of `ir.EVICTION_POLICIES`."""
+    ``cache_modifier``: ``""`` or one of `ir.CACHE_MODIFIERS`; ``eviction_policy``:
+    ``""`` or one of `ir.EVICTION_POLICIES`."""
     if eviction_policy != "" and eviction_policy not in ir.EVICTION_POLICIES:
         raise SemanticError(f"load: eviction_policy must be '', {' or '.join(map(repr, ir.EVICTION_POLICIES))}; "
                             f"got {eviction_policy!r}")
+    if cache_modifier != "" and cache_modifier not in ir.CACHE_MODIFIERS:
+        raise SemanticError(f"load: cache_modifier must be '', {', '.join(map(repr, ir.CACHE_MODIFIERS))}; "
+                            f"got {cache_modifier!r}")
     ptr = _pointer_operand(ptr, "load")
     mask = _mask_operand(b, mask, "load")
     if other is not None:
@@ -613,7 +618,7 @@ def load(b: Builder, ptr: Any, mask: Any = None, other: Any = None, eviction_pol
     if mask is not None:
         operands.append(broadcast_to(b, mask, shape))
         operands.append(coerce(b, 0 if other is None else other, elem, shape))
-    attrs = {"eviction_policy": eviction_policy} if eviction_policy else {}
+    attrs = {k: v for k, v in (("cache_modifier", cache_modifier), ("eviction_policy", eviction_policy)) if v}
     return b.emit1("load", operands, BlockType(elem, shape), **attrs)
 
 

@@ -189,6 +189,8 @@ class _Verifier:
         self.expect(op, _is_ptr(ptr) and len(rest) in (0, 2), "load(ptr) or load(ptr, mask, other)")
         policy = op.attrs.get("eviction_policy")
         self.expect(op, policy is None or policy in ir.EVICTION_POLICIES, f"eviction_policy {policy!r}")
+        modifier = op.attrs.get("cache_modifier")
+        self.expect(op, modifier is None or modifier in ir.CACHE_MODIFIERS, f"cache_modifier {modifier!r}")
         elem = ptr.element.element
         if rest:
             mask, other = rest

@@ -72,7 +72,7 @@ class CompiledBinary:
 
 
 def cache_key(source: str, spec_key: str, num_warps: int, cc: tuple[int, int], toolchain: Mapping[str, str],
-              ftz: bool = False, num_stages: int = 1) -> str:
+              ftz: bool = False, num_stages: int = 1, maxnreg: Optional[int] = None) -> str:
     """The cache key (64 hex digits) of one compilation.
 
     Args:
@@ -83,12 +83,13 @@ def cache_key(source: str, spec_key: str, num_warps: int, cc: tuple[int, int], t
         toolchain: every tool's version (LLVM, llvmlite, libdevice, ptxas/nvJitLink, ...).
         ftz: the kernel's flush-to-zero option (``Kernel.ftz``).
         num_stages: the launch's software pipelining depth.
+        maxnreg: the launch's cap on registers per thread (None: none).
 
     The parts are JSON-encoded as one list before hashing, so no two different inputs
     concatenate to the same bytes.
     """
     parts = [FORMAT_VERSION, source, spec_key, int(num_warps), [int(c) for c in cc], sorted(toolchain.items()),
-             bool(ftz), int(num_stages)]
+             bool(ftz), int(num_stages), maxnreg]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 

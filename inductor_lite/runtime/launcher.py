@@ -2,9 +2,9 @@
 
 Two entry points, one per kind of caller:
 
-``launch(kernel, grid, args, constexprs, num_warps, num_stages)`` validates everything
+``launch(kernel, grid, args, constexprs, num_warps, num_stages, maxnreg)`` validates everything
 (it is what ``Kernel.run`` calls for users): ``kernel.specialize``, one dict lookup keyed
-by (kernel, spec, num_warps, device, num_stages), grid checks, packing the arguments into a parameter
+by (kernel, spec, num_warps, device, num_stages, maxnreg), grid checks, packing the arguments into a parameter
 buffer built once per loaded kernel (checking each tensor's device and each number's
 range), and ``cuLaunchKernel`` on torch's current stream.
 
@@ -55,6 +55,7 @@ from ..config import config
 from ..counters import counters
 from ..dsl.assembler import ptx_to_cubin
 from ..dsl.compiler import compile_ptx, toolchain_versions
+from ..dsl.nvptx import check_maxnreg
 from ..dsl.nvptx_pipeline import check_num_stages
 from ..logs import log_artifact
 
@@ -260,7 +261,7 @@ _pinned: dict[int, Any] = {}
 
 def launch(
     kernel: Any, grid: Sequence[int], args: Sequence[Any], constexprs: Mapping[str, Any], num_warps: int,
-    num_stages: int = 1,
+    num_stages: int = 1, maxnreg: int | None = None,
 ) -> None:
     """Run ``kernel`` on CUDA tensors, compiling and loading it on first use.
 
@@ -272,22 +273,24 @@ def launch(
         num_warps: warps per program (1 to 32).
         num_stages: software pipelining depth of loads in loops (1: none; see
             ``inductor_lite.dsl.nvptx_pipeline``).
+        maxnreg: cap on registers per thread, in [16, 255] (None: none; see
+            ``inductor_lite.dsl.nvptx``).
 
     Raises:
-        ValueError, TypeError: bad grid, arguments, num_warps or num_stages; tensors
+        ValueError, TypeError: bad grid, arguments, num_warps, num_stages or maxnreg; tensors
             not on CUDA.
         CudaDriverError: a driver call failed; the message names the kernel.
     """
     spec = kernel.specialize(args, constexprs)
     device = _device_of(args, kernel.name)
-    loaded = _loaded.get((id(kernel), spec, num_warps, device, num_stages))
+    loaded = _loaded.get((id(kernel), spec, num_warps, device, num_stages, maxnreg))
     if loaded is None:
-        loaded = precompile(kernel, spec, num_warps, device, num_stages)
+        loaded = precompile(kernel, spec, num_warps, device, num_stages, maxnreg)
     loaded.launch(grid, args)
 
 
 def precompile(kernel: Any, spec: Any, num_warps: int, device: int | str | torch.device,
-               num_stages: int = 1) -> LoadedKernel:
+               num_stages: int = 1, maxnreg: int | None = None) -> LoadedKernel:
     """Everything `launch` does before the launch: get the binary (disk cache or build),
     count, log, dump debug files, load it on ``device``. Idempotent.
 
@@ -297,19 +300,21 @@ def precompile(kernel: Any, spec: Any, num_warps: int, device: int | str | torch
         num_warps: warps per program (1 to 32).
         device: CUDA device index, ``"cuda:N"`` or a ``torch.device``.
         num_stages: software pipelining depth of loads in loops (1: none).
+        maxnreg: cap on registers per thread, in [16, 255] (None: none).
 
     Raises:
-        ValueError: bad num_warps, num_stages or device.
+        ValueError: bad num_warps, num_stages, maxnreg or device.
         CudaDriverError: a driver call failed.
     """
     device = _device_index(device)
-    key = (id(kernel), spec, num_warps, device, num_stages)
+    key = (id(kernel), spec, num_warps, device, num_stages, maxnreg)
     loaded = _loaded.get(key)
     if loaded is not None:
         return loaded
     _check_num_warps(kernel.name, num_warps)
     check_num_stages(kernel.name, num_stages)
-    binary = _get_binary(kernel, spec, num_warps, device, num_stages)
+    check_maxnreg(kernel.name, maxnreg)
+    binary = _get_binary(kernel, spec, num_warps, device, num_stages, maxnreg)
     if len(binary.param_types) != len(spec.args) or binary.num_warps != num_warps:
         raise RuntimeError(
             f"kernel {kernel.name!r}: compiled binary has {len(binary.param_types)} params and "
@@ -485,21 +490,23 @@ def _device_index(device: int | str | torch.device) -> int:
     return torch.cuda.current_device() if d.index is None else d.index
 
 
-def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int, num_stages: int) -> CompiledBinary:
+def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int, num_stages: int,
+                maxnreg: int | None) -> CompiledBinary:
     cc = driver.compute_capability(device)
-    key = cache_key(kernel.key_source(), spec.key(), num_warps, cc, toolchain_versions(), kernel.ftz, num_stages)
+    key = cache_key(kernel.key_source(), spec.key(), num_warps, cc, toolchain_versions(), kernel.ftz, num_stages,
+                    maxnreg)
     cache = default_cache()
     binary = cache.get(key)
     if binary is not None:
         counters["cache_hits"] += 1
         log_artifact("cache", f"hit {kernel.name} {key} in {cache.directory}")
         # compile_ptx logs the PTX of what it builds; log a cached one here
-        header = (f"// kernel {binary.name} (sm_{cc[0]}{cc[1]}, num_warps={num_warps}, num_stages={num_stages}), "
-                  "from the cache")
+        header = (f"// kernel {binary.name} (sm_{cc[0]}{cc[1]}, num_warps={num_warps}, num_stages={num_stages}, "
+                  f"maxnreg={maxnreg}), from the cache")
         log_artifact("ptx", f"{header}\n{binary.ptx}")
         return binary
     with driver.bound_context(device):  # ptx_to_cubin may use the driver's linker
-        binary = _compile(kernel, spec, num_warps, cc, num_stages)
+        binary = _compile(kernel, spec, num_warps, cc, num_stages, maxnreg)
     counters["kernels_compiled"] += 1
     cache.put(key, binary)
     stored = f"stored in {cache.directory}" if cache.enabled else "disk cache off"
@@ -507,8 +514,9 @@ def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int, num_stages:
     return binary
 
 
-def _compile(kernel: Any, spec: Any, num_warps: int, cc: tuple[int, int], num_stages: int) -> CompiledBinary:
-    compiled = compile_ptx(kernel.build_ir(spec), cc=cc, num_warps=num_warps, num_stages=num_stages)
+def _compile(kernel: Any, spec: Any, num_warps: int, cc: tuple[int, int], num_stages: int,
+             maxnreg: int | None) -> CompiledBinary:
+    compiled = compile_ptx(kernel.build_ir(spec), cc=cc, num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
     return CompiledBinary(
         name=compiled.name,
         cubin=ptx_to_cubin(compiled.ptx, cc),
