@@ -592,3 +592,18 @@ def test_harness_times_on_gpu():
     row = bench.measure(bench.BENCHES["softmax"], 4096, 1024, torch.float32, copy_gbs, settings)
     assert row.status == bench.STATUS_OK, row.note
     assert 0 < row.ours_gbs < 2 * copy_gbs and 0 < row.eager_gbs < 2 * copy_gbs
+
+
+@pytest.mark.gpu
+def test_graph_timer_ranks_calls_and_names_uncapturable_ones():
+    """Graph replays time a 64 MiB copy slower than a 1 MiB one and within the
+    device's reach; a call that synchronizes with the host cannot be captured."""
+    device = torch.device("cuda")
+    timer = bench.Timer(device, warmup=2, repeat=30, graphs=True)
+    small, large = torch.randn(2**18, device=device), torch.randn(2**24, device=device)
+    small_out, large_out = torch.empty_like(small), torch.empty_like(large)
+    t_small, t_large = timer.median_seconds([[lambda: small_out.copy_(small)], [lambda: large_out.copy_(large)]])
+    assert 0 < t_small < t_large
+    assert 2 * large.nbytes / t_large < 20e12  # no HBM moves 20 TB/s: the copies really ran
+    with pytest.raises(RuntimeError, match="contender 1 cannot be captured"):
+        timer.median_seconds([[lambda: small_out.copy_(small)], [lambda: small.sum().item()]])

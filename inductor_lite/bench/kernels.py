@@ -15,11 +15,15 @@ all three and prints GB/s beside the device's measured copy bandwidth. The metho
   median time per call; GB = 1e9 bytes, MB = 1e6 bytes.
 - Copy bandwidth: a 512 MiB device-to-device ``Tensor.copy_``, bytes read + written
   over its median time, measured once per run.
-- CUDA timing: CUDA events between consecutive calls, after warm-up. A
-  ``torch.cuda._sleep`` before each batch of calls keeps the device busy while the host
-  queues the batch, so the events time the device work, not the launch overhead
-  (the same for all three contenders). Inputs are rotated among copies when one set
-  is smaller than 3x the L2 cache, so every call reads from HBM.
+- CUDA timing (``--timing graphs``, the default): after warm-up, each contender's
+  calls are captured into a CUDA graph of back-to-back calls, and the time per call
+  is the median over replays of a replay's CUDA-event time over its calls, as in
+  Triton's ``do_bench_cudagraph`` (the same for all three contenders and the copy).
+  ``--timing events``: a CUDA event after every call, a ``torch.cuda._sleep`` holding
+  the stream while the host queues a batch; each call then also pays for its event,
+  about 2 us on an H200, which at 64 MB costs even ``copy_`` 7 points of copy
+  bandwidth. Inputs are rotated among copies when one set is smaller than 3x the L2
+  cache, so every call reads from HBM.
 - Ours runs with the config the runtime's autotuner picks for the (shape, dtype) on its
   first call (`dsl_kernels.choose_config`), shown in the ``config`` column.
 - Correctness, before timing: ours writes into an output poisoned with NaN (-1 for
@@ -506,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: full on CUDA, tiny on CPU)")
     parser.add_argument("--repeat", type=int, default=100, help="timed calls per contender (default: 100)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls first (default: 10)")
+    parser.add_argument("--timing", choices=("graphs", "events"), default="graphs",
+                        help="CUDA timing: replays of a CUDA graph of back-to-back calls (default), or a CUDA "
+                             "event after every call (each call also pays the event's cost)")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile(backend='inductor')")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if cuda else "cpu",
                         help="default: cuda when available (cpu runs the DSL interpreter)")
@@ -524,7 +531,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         sizes = parse_sizes(args.sizes or ("full" if args.device == "cuda" else "tiny"))
         if args.output:
             output_format(args.output)
-        timer = Timer(torch.device(args.device), args.warmup, args.repeat)
+        timer = Timer(torch.device(args.device), args.warmup, args.repeat, graphs=args.timing == "graphs")
         require("rich.table")
     except (ValueError, ImportError) as error:
         parser.error(str(error))
@@ -543,7 +550,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "argv": sys.argv[1:] if argv is None else list(argv), "device": device.type,
             "device_name": device_name, "copy_gbs": copy_gbs, "l2_bytes": l2_bytes(device),
-            "repeat": args.repeat, "warmup": args.warmup, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "repeat": args.repeat, "warmup": args.warmup, "timing": args.timing, "torch": torch.__version__, "cuda": torch.version.cuda,
             "python": platform.python_version(),
         }
         write_output(rows, args.output, meta)
