@@ -517,6 +517,7 @@ def fake(fake_driver, monkeypatch, tmp_path):
         return types.SimpleNamespace(
             name=name, llvm_ir=f"; {name} {spec.key()}", ptx=f"// {name} {spec.key()} nw={num_warps}", cc=cc,
             num_warps=num_warps, shared_bytes=state.shared_bytes, param_types=("ptr", "ptr", "i32", "f32"),
+            cluster_size=1,
         )
 
     def ptx_to_cubin(ptx, cc):

@@ -63,7 +63,8 @@ def stub(fake_driver, monkeypatch):  # noqa: F811
         param_types = tuple("ptr" if type_string(a.type)[0] == "*" else _PARAM_TYPES[type_string(a.type)]
                             for a in fn.args)
         return types.SimpleNamespace(name=fn.name, llvm_ir="", ptx=f"// {fn.name} {len(built)}", cc=cc,
-                                     num_warps=num_warps, shared_bytes=0, param_types=param_types)
+                                     num_warps=num_warps, shared_bytes=0, param_types=param_types,
+                                     cluster_size=fn.cluster_size)
 
     monkeypatch.setattr(launcher, "compile_ptx", compile_ptx)
     monkeypatch.setattr(launcher, "ptx_to_cubin", lambda ptx, cc: b"CUBIN:" + ptx.encode())

@@ -55,7 +55,8 @@ class CompiledPTX:
     pass exactly this as the launch's dynamic shared size; above 48 KB the function's
     ``MAX_DYNAMIC_SHARED_SIZE_BYTES`` attribute must be raised first);
     ``param_types``: per ``fn.args``, one of 'ptr', 'i32', 'i64', 'f32', 'f64' (pointers
-    are 64-bit device addresses; bool/int8/int16/uint8 travel as i32, fp16/bf16 as f32).
+    are 64-bit device addresses; bool/int8/int16/uint8 travel as i32, fp16/bf16 as f32);
+    ``cluster_size``: programs per thread-block cluster (``fn.cluster_size``; 1: none).
     """
 
     name: str
@@ -65,6 +66,7 @@ class CompiledPTX:
     num_warps: int
     shared_bytes: int
     param_types: tuple[str, ...]
+    cluster_size: int = 1
 
 
 def _init_llvm() -> None:
@@ -141,7 +143,8 @@ def compile_ptx(fn: ir.Function, *, cc: tuple[int, int], num_warps: int, num_sta
         _check_lowerable(module, fn.name)
         llvm_ir = str(module)
         ptx = tm.emit_assembly(module)
-    return CompiledPTX(fn.name, llvm_ir, ptx, cc, num_warps, lowered.shared_bytes, lowered.param_types)
+    return CompiledPTX(fn.name, llvm_ir, ptx, cc, num_warps, lowered.shared_bytes, lowered.param_types,
+                       fn.cluster_size)
 
 
 @functools.lru_cache(maxsize=None)

@@ -105,6 +105,7 @@ _BUILTINS: dict[str, Callable] = {
                                        a["eviction_policy"]),
     "store": lambda b, a: semantic.store(b, a["pointer"], a["value"], a["mask"]),
     "atomic_add": lambda b, a: semantic.atomic(b, "add", a["pointer"], a["value"], a["mask"], a["sem"], a["scope"]),
+    "cluster_gather": lambda b, a: semantic.cluster_gather(b, a["value"], a["size"]),
     "where": lambda b, a: semantic.where(b, a["condition"], a["x"], a["y"]),
     "maximum": lambda b, a: semantic.binary(b, "maximum", a["x"], a["y"]),
     "minimum": lambda b, a: semantic.binary(b, "minimum", a["x"], a["y"]),

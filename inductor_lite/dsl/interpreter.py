@@ -9,7 +9,8 @@ from them) keep a leading dimension of 1 and broadcast, so P only multiplies the
 per-program work. P is chosen so P * numel(largest block) is about `CHUNK_ELEMENTS`.
 A ``for`` loop runs with Python ``range`` and so needs bounds that are the same in
 every program of a chunk; when a loop bound depends on ``program_id`` the whole
-launch runs one program per chunk.
+launch runs one program per chunk (one cluster, for a kernel with
+``cluster_gather``: chunks hold whole clusters, so a gather is a reshape).
 
 Pointers are a tensor's whole storage as a flat 1-D view plus int64 element offsets
 into it (the tensor's ``storage_offset`` is the base). Loads and stores are gathers
@@ -97,9 +98,13 @@ def run(kernel, grid: Sequence[int], args: Sequence[Any], constexprs: dict[str, 
         IndexError: an unmasked load or store outside a tensor's storage.
         RuntimeError: a loop whose bounds differ between programs of one chunk, or a
             select between pointers into different tensors.
+        ValueError: grid axis 0 is not a multiple of the kernel's cluster size.
     """
     spec = kernel.specialize(args, constexprs)
     fn = kernel.build_ir(spec)
+    if grid and grid[0] % fn.cluster_size:
+        raise ValueError(f"kernel {kernel.name}: grid axis 0 has {grid[0]} programs, not a multiple of its "
+                         f"cluster size {fn.cluster_size} (cluster_gather)")
     with torch.no_grad():
         _Interpreter(kernel.name, fn, tuple(grid), args).run()
 
@@ -241,7 +246,9 @@ class _Interpreter:
 
     def run(self) -> None:
         total = math.prod(self.grid)
+        cluster = self.fn.cluster_size
         chunk = 1 if self.plan.bounds_vary else max(1, CHUNK_ELEMENTS // self.plan.max_numel)
+        chunk = max(cluster, chunk // cluster * cluster)
         for start in range(0, total, chunk):
             self.linear = torch.arange(start, min(start + chunk, total), dtype=torch.int64, device=self.device)
             self.exec_block(self.fn.body)
@@ -277,6 +284,12 @@ class _Interpreter:
         lin = self.linear
         pid = lin % g0 if axis == 0 else (lin // g0) % g1 if axis == 1 else lin // (g0 * g1)
         self._set(op, pid.to(torch.int32))
+
+    def _op_cluster_gather(self, op, x):
+        # A chunk holds whole clusters (`run`), of `size` consecutive programs along axis 0.
+        size = op.attrs["size"]
+        per_cluster = x.expand(len(self.linear)).reshape(-1, size)
+        self._set(op, per_cluster.repeat_interleave(size, dim=0))
 
     def _op_num_programs(self, op):
         self._set(op, torch.tensor([self.grid[op.attrs["axis"]]], dtype=torch.int32, device=self.device))

@@ -32,6 +32,7 @@ bitcast          x                           -                              resu
 load             ptr (, mask (, other))      [cache_modifier, eviction_policy] pointee type
 store            ptr, value (, mask)         -                              none
 atomic           ptr, value (, mask)         op, sem, scope (ATOMIC_*)      old value (scalar)
+cluster_gather   x (scalar)                  size (CLUSTER_SIZES)           [size] of x's type
 reduce           x                           axis, combine (REDUCE_KINDS)   x's shape less axis
 argreduce        x                           axis, combine ('argmax'|...)   i32 indices
 welford_combine  mean_a, m2_a, w_a,          -                              3: mean, m2, w
@@ -71,6 +72,9 @@ Invariants the frontend guarantees (so backends need not handle the other cases)
 - ``atomic`` operands are scalars: a pointer to int32, int64, float32 or float64, a
   value of the pointee type and an optional int1 mask; the result (the old value, 0
   where masked off) has the pointee type.
+- ``cluster_gather``'s operand is a non-pointer scalar; every ``cluster_gather`` of a
+  function has the same ``size`` (`Function.cluster_size`), and its result is
+  ``[size]`` of the operand's type.
 - ``reduce`` returns its operand's element type (the frontend casts first: sums of
   small ints run in int32, sums of halves in fp32); ``argreduce`` returns int32 indices,
   ties go to the first index and NaN counts as both the maximum and the minimum
@@ -118,6 +122,9 @@ MATH_FNS = (
     "round", "trunc", "pow", "atan2", "fmod", "fast_dividef", "isnan", "isinf",
 )
 REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
+CLUSTER_SIZES = (2, 4, 8)
+"""Programs per thread-block cluster a ``cluster_gather`` may name: powers of two up to
+8, CUDA's portable cluster size limit."""
 ATOMIC_OPS = ("add",)
 ATOMIC_SEMS = ("relaxed", "acquire", "release", "acq_rel")
 ATOMIC_SCOPES = ("cta", "gpu", "sys")
@@ -316,6 +323,12 @@ class Function:
     def walk(self):
         """Yield every op, loop bodies included, in program order."""
         return self.body.walk()
+
+    @property
+    def cluster_size(self) -> int:
+        """Programs per thread-block cluster: the ``size`` of its ``cluster_gather``
+        ops, 1 (no clusters) without any."""
+        return next((op.attrs["size"] for op in self.walk() if op.opcode == "cluster_gather"), 1)
 
 
 def format_function(fn: Function) -> str:

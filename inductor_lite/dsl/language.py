@@ -119,6 +119,24 @@ def atomic_add(pointer: Any, value: Any, mask: Any = None, sem: str = "acq_rel",
 
 
 @_builtin
+def cluster_gather(value: Any, size: int) -> Any:
+    """The scalar ``value`` of every program of this program's *cluster*, as a
+    ``[size]`` block in rank order.
+
+    A kernel that calls it runs its programs in thread-block clusters of ``size``
+    programs (CUDA's ``__cluster_dims__(size, 1, 1)``, sm_90 and newer): programs
+    ``k * size`` to ``k * size + size - 1`` along grid axis 0 run at the same time, and
+    element ``r`` of the result is ``value`` of the one whose ``program_id(0) % size
+    == r``, read from its shared memory. ``size`` is a constexpr power of two from 2
+    to 8 (the portable cluster sizes), the same for every call in a kernel; the
+    launch grid's axis 0 must be a multiple of it. Every program of a cluster must
+    make the same calls in the same order: each is a barrier across the cluster.
+    Reduce the result with ordinary block ops, e.g. ``dl.sum(dl.cluster_gather(s,
+    4), 0)``, to split one row's reduction over a cluster of programs."""
+    raise _outside("cluster_gather")
+
+
+@_builtin
 def where(condition: Any, x: Any, y: Any) -> Any:
     """Elementwise ``x if condition else y``; all three broadcast together."""
     raise _outside("where")

@@ -17,7 +17,8 @@ across its reductions, not 64, for one more instruction a value and use.
 The kernel is ``define void @<fn.name>(...)`` marked as an entry through
 ``nvvm.annotations`` (``kernel``, ``maxntidx``); LLVM >= 20 upgrades these to the
 ``ptx_kernel`` calling convention and the ``nvvm.maxntid`` attribute (``maxnreg`` the
-same way). Thread-index
+same way; ``cluster_dim_x/y/z``, for a kernel with ``cluster_gather``, to
+``.explicitcluster .reqnctapercluster``). Thread-index
 math that depends only on ``%tid.x`` is emitted once, in the entry block.
 """
 
@@ -130,6 +131,8 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
         if num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32:
             raise LoweringError(f"num_warps={num_warps} must be a power of two between 1 and 32")
         check_maxnreg(fn.name, maxnreg)
+        if fn.cluster_size > 1 and tuple(cc) < (9, 0):
+            raise LoweringError(f"cluster_gather needs thread-block clusters: sm_90 or newer, not sm_{cc[0]}{cc[1]}")
         self.fn = fn
         self.num_warps = num_warps
         self.cc = tuple(cc)
@@ -181,6 +184,10 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
         if self.maxnreg is not None:
             self.module.add_named_metadata(
                 "nvvm.annotations", [self.kernel, "maxnreg", llir.Constant(I32, self.maxnreg)])
+        if self.fn.cluster_size > 1:  # PTX .reqnctapercluster: a plain launch runs clusters
+            for dim, size in zip("xyz", (self.fn.cluster_size, 1, 1)):
+                self.module.add_named_metadata(
+                    "nvvm.annotations", [self.kernel, f"cluster_dim_{dim}", llir.Constant(I32, size)])
         # libdevice asks NVVMReflect "__CUDA_FTZ": 0 keeps subnormals, as torch does; 1
         # (`ir.Function.ftz`) takes its flush-to-zero paths, e.g. exp2 as one ex2.approx.ftz.
         self.module.add_named_metadata("llvm.module.flags", [llir.Constant(I32, 4), "nvvm-reflect-ftz",
@@ -522,6 +529,9 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
     def emit_bitcast(self, op, layout):
         src, dst = op.operands[0].type.element, op.result.type.element
         return self._elementwise(op, layout, lambda x: self.bitcast(x, src, dst, op.result.name))
+
+    def emit_cluster_gather(self, op, layout):
+        return self.lower_cluster_gather(op, distribute(layout, op.result.type.shape))
 
     def emit_atomic(self, op, layout):
         return [self.lower_atomic(op)]

@@ -157,6 +157,8 @@ class _Planner:
             parent = first or self.plan.default(len(blocks[0].type.shape))
             for r in op.results:
                 self.set(r, SliceLayout(parent, op.attrs["axis"]))
+        elif code == "cluster_gather":  # every thread holds every program's value: no shuffles to reduce it
+            self.set(res, BlockedLayout(res.type.shape, (WARP_SIZE,), (self.plan.num_warps,), (0,)))
         elif code == "welford_combine":
             for r in op.results:
                 self.set(r, first or self.plan.default(len(r.type.shape)))

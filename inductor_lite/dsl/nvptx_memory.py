@@ -23,6 +23,15 @@ first orders every thread's earlier writes before a release, the second every
 thread's later reads after an acquire; the old value reaches all threads through
 shared memory (the pattern of CUTLASS's semaphore and of CUDA's threadFenceReduction
 sample).
+
+A ``cluster_gather`` (sm_90+) goes through distributed shared memory: thread 0 of
+each program writes its value, widened to a 32- or 64-bit word, to its own shared
+memory; a cluster barrier (``barrier.cluster.arrive``, release, then ``wait``,
+acquire) publishes it; every thread reads the words of the cluster's programs
+(``mapa.shared::cluster`` turns its own slot's address into the peer's, then
+``ld.shared::cluster``); a second cluster barrier keeps any program from writing
+its slot again, or exiting, while a peer may still read it (the CUDA programming
+guide's rule for distributed shared memory).
 """
 
 from __future__ import annotations
@@ -288,6 +297,45 @@ class MemoryCodegen:
         self.barrier()
         self._shared_written = True
         return self.b.load(slot, typ=t, align=element_bytes(elem))
+
+    def lower_cluster_gather(self, op: ir.Op, dist: Distribution) -> list[llir.Value]:
+        """The registers of a ``cluster_gather``'s ``[size]`` result in ``dist`` (see the
+        module docstring)."""
+        x = op.operands[0]
+        elem, reg = x.type.element, self.scalar(x)
+        bits = 1 if reg.type == I1 else reg.type.width if isinstance(reg.type, llir.IntType) else element_bytes(elem) * 8
+        word = llir.IntType(64 if bits == 64 else 32)
+        as_int = reg if isinstance(reg.type, llir.IntType) else self.b.bitcast(reg, llir.IntType(bits))
+        value = as_int if bits == word.width else self.b.zext(as_int, word)
+        self.reserve_shared(word.width // 8)
+        slot = self.smem_at(0, llir.Constant(I32, 0), word)
+        self.barrier_before_shared_write()
+        with self.b.if_then(self.b.icmp_unsigned("==", self.tid, llir.Constant(I32, 0))):
+            self.b.store(value, slot, align=word.width // 8)
+        self.cluster_barrier()
+        address = self.b.ptrtoint(slot, llir.IntType(64))
+        c = "l" if word.width == 64 else "r"
+        read = llir.InlineAsm(
+            llir.FunctionType(word, [address.type, I32]),
+            f"{{ .reg .u64 %peer; mapa.shared::cluster.u64 %peer, $1, $2; ld.shared::cluster.b{word.width} $0, [%peer]; }}",
+            f"={c},l,r,~{{memory}}", side_effect=True)
+        base = self.thread_coord(dist, 0)
+        out = []
+        for off in dist.reg_offsets:
+            rank = self.b.add(base, llir.Constant(I32, off[0])) if off[0] else base
+            got = self.b.call(read, [address, rank])
+            got = got if bits == word.width else self.b.trunc(got, llir.IntType(bits))
+            out.append(got if isinstance(reg.type, llir.IntType) else self.b.bitcast(got, reg.type))
+        self.cluster_barrier()
+        return out
+
+    def cluster_barrier(self) -> None:
+        """Every thread of every program of the cluster: ``barrier.cluster.arrive``
+        (release semantics, the default) then ``barrier.cluster.wait`` (acquire)."""
+        asm = llir.InlineAsm(llir.FunctionType(llir.VoidType(), []),
+                             "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;", "~{memory}",
+                             side_effect=True)
+        self.b.call(asm, [])
 
     def lower_store(self, op: ir.Op) -> None:
         ptr, value = op.operands[0], op.operands[1]

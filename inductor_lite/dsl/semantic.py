@@ -90,6 +90,7 @@ class Builder:
     def __init__(self):
         self.block = ir.Block()
         self.loc: Optional[ir.SourceLoc] = None
+        self.cluster_size: Optional[int] = None  # of the first cluster_gather
 
     def emit(self, opcode: str, operands: Sequence[Tensor], result_types: Sequence[BlockType],
              **attrs) -> ir.Op:
@@ -663,6 +664,22 @@ def atomic(b: Builder, op: str, ptr: Any, value: Any, mask: Any = None, sem: str
         raise SemanticError(f"{what}: the pointee must be {allowed}; got {elem.name}")
     operands = [ptr, coerce(b, value, elem, ())] + ([mask] if mask is not None else [])
     return b.emit1("atomic", operands, BlockType(elem, ()), op=op, sem=sem, scope=scope)
+
+
+def cluster_gather(b: Builder, value: Any, size: Any) -> Tensor:
+    """Every cluster program's scalar ``value``, a ``[size]`` block (`language.cluster_gather`)."""
+    if (isinstance(size, bool) or not isinstance(size, int) or size not in ir.CLUSTER_SIZES):
+        raise SemanticError(f"cluster_gather: size must be a constexpr int in {ir.CLUSTER_SIZES}; got {_describe(size)}")
+    if b.cluster_size is not None and size != b.cluster_size:
+        raise SemanticError(f"cluster_gather: size {size} differs from the kernel's earlier cluster size "
+                            f"{b.cluster_size}; a kernel runs in clusters of one size")
+    _check_operand(value, "cluster_gather: value")
+    _no_pointer(value, "cluster_gather's value")
+    value = to_tensor(b, value)
+    if value.shape != ():
+        raise SemanticError(f"cluster_gather: value must be a scalar (reduce the block first); got {value.type!r}")
+    b.cluster_size = size
+    return b.emit1("cluster_gather", [value], BlockType(value.element, (size,)), size=size)
 
 
 # ----------------------------------------------------------------------------- reductions

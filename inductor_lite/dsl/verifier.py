@@ -214,6 +214,13 @@ class _Verifier:
         self.expect(op, len(rest) == 0 or rest[0] == ptr.with_element(ir.int1), "mask type")
         self.expect(op, op.result.type == value, f"result {op.result.type!r}")
 
+    def op_cluster_gather(self, op, x):
+        self.results(op, 1)
+        size = op.attrs.get("size")
+        self.expect(op, size in ir.CLUSTER_SIZES and size == self.fn.cluster_size, f"size {size!r}")
+        self.expect(op, x.is_scalar and not _is_ptr(x), f"operand {x!r}")
+        self.expect(op, op.result.type == ir.BlockType(x.element, (size,)), f"result {op.result.type!r}")
+
     def _reduced(self, op, x) -> tuple[int, ...]:
         a = op.attrs.get("axis")
         self.expect(op, isinstance(a, int) and 0 <= a < len(x.shape), f"axis {a!r} for {x!r}")

@@ -33,7 +33,7 @@ from typing import Mapping, Optional
 from ..config import config
 from ..logs import log_artifact
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"inductor_lite-cubin\x00"
 _LENGTH = struct.Struct("<Q")
 _DIGEST_BYTES = hashlib.sha256().digest_size
@@ -54,6 +54,9 @@ class CompiledBinary:
         cc: target compute capability, e.g. ``(9, 0)``.
         ptx: the PTX it was assembled from.
         llvm_ir: the optimised LLVM IR the PTX was emitted from.
+        cluster_size: programs per thread-block cluster (1: none; see
+            ``inductor_lite.dsl.language.cluster_gather``); the launch grid's x must be
+            a multiple of it.
     """
 
     name: str
@@ -64,6 +67,7 @@ class CompiledBinary:
     cc: tuple[int, int]
     ptx: str
     llvm_ir: str
+    cluster_size: int = 1
 
     def __post_init__(self):
         bad = [t for t in self.param_types if t not in PARAM_TYPES]
@@ -108,6 +112,7 @@ def encode_entry(key: str, binary: CompiledBinary) -> bytes:
             "num_warps": binary.num_warps,
             "param_types": list(binary.param_types),
             "cc": list(binary.cc),
+            "cluster_size": binary.cluster_size,
             "sizes": [len(s) for s in sections],
         }
     ).encode()
@@ -147,6 +152,7 @@ def decode_entry(data: bytes, key: str) -> CompiledBinary:
             cc=tuple(int(c) for c in header["cc"]),
             ptx=body[ptx_at:llvm_at].decode(),
             llvm_ir=body[llvm_at:].decode(),
+            cluster_size=int(header["cluster_size"]),
         )
     except (ValueError, KeyError, TypeError) as e:  # json and unicode errors are ValueErrors
         raise CorruptEntryError(f"unparsable entry: {e}") from e

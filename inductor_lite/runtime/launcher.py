@@ -197,6 +197,7 @@ class LoadedKernel:
         self.name = binary.name
         self.device = device
         self.threads = 32 * binary.num_warps
+        self.cluster_size = binary.cluster_size
         self.function = driver.load_function(binary.cubin, binary.name, device, binary.shared_bytes, self.threads)
         self.params = ParamBuffer(binary.param_types, binary.name, device)
         self._pack, self._address = self.params.pack, self.params.address
@@ -211,12 +212,15 @@ class LoadedKernel:
             args: runtime arguments, as `ParamBuffer.values` takes them.
 
         Raises:
-            TypeError, ValueError: bad grid or arguments (see `normalize_grid`, `ParamBuffer.values`).
+            TypeError, ValueError: bad grid or arguments (see `normalize_grid`, `ParamBuffer.values`),
+                or a grid x that is not a multiple of the cluster size.
             CudaDriverError: the launch failed.
         """
         dims = normalize_grid(grid, self.name)
         if 0 in dims:
             return
+        if dims[0] % self.cluster_size:
+            raise self._cluster_error(dims)
         self._lock.acquire()  # not `with`: the context manager protocol costs more than the locking
         try:
             self.params.fill(args)
@@ -237,11 +241,14 @@ class LoadedKernel:
                 pack (an int out of its parameter's range, a value of the wrong kind).
 
         Raises:
-            TypeError, ValueError: a value that does not fit its parameter.
+            TypeError, ValueError: a value that does not fit its parameter, or a grid x
+                that is not a multiple of the cluster size.
             CudaDriverError: the launch failed (a grid over the limits included).
         """
         if 0 in grid:
             return
+        if grid[0] % self.cluster_size:
+            raise self._cluster_error(grid)
         self._lock.acquire()
         try:
             try:
@@ -251,6 +258,10 @@ class LoadedKernel:
             self._run(*grid, self._address)
         finally:
             self._lock.release()
+
+    def _cluster_error(self, grid: Sequence[int]) -> ValueError:
+        return ValueError(f"kernel {self.name!r}: grid x of {grid[0]} programs is not a multiple of its cluster "
+                          f"size {self.cluster_size} (cluster_gather)")
 
 
 _loaded: dict[tuple, LoadedKernel] = {}
@@ -526,6 +537,7 @@ def _compile(kernel: Any, spec: Any, num_warps: int, cc: tuple[int, int], num_st
         cc=tuple(compiled.cc),
         ptx=compiled.ptx,
         llvm_ir=compiled.llvm_ir,
+        cluster_size=compiled.cluster_size,
     )
 
 
