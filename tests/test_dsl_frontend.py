@@ -362,6 +362,12 @@ ERRORS = {
     "atomic_scope": ("y = dl.atomic_add(x_ptr, 1.0, scope='grid')", "scope must be one of"),
     "atomic_mask": ("y = dl.atomic_add(x_ptr, 1.0, mask=n)", "mask must be an int1"),
     "atomic_not_pointer": ("y = dl.atomic_add(n, 1)", "expected a pointer"),
+    "cluster_size": ("y = dl.cluster_gather(n, 3)", r"size must be a constexpr int in \(2, 4, 8\)"),
+    "cluster_runtime_size": ("y = dl.cluster_gather(n, n)", "size must be a constexpr int"),
+    "cluster_two_sizes": ("y = dl.cluster_gather(n, 2) + dl.cluster_gather(n, 4)[0:2]", "differs from the kernel's "
+                                                                                        "earlier cluster size 2"),
+    "cluster_block": ("y = dl.cluster_gather(dl.arange(0, 4), 2)", "value must be a scalar"),
+    "cluster_pointer": ("y = dl.cluster_gather(x_ptr, 2)", "not defined on pointers"),
 }
 
 

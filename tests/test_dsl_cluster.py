@@ -1,0 +1,123 @@
+"""`dl.cluster_gather`: thread-block clusters (sm_90+). In the interpreter everywhere,
+as PTX on CPU (the cluster directive, two cluster barriers and one distributed
+shared-memory read per program gathered, assembled for sm_90; sm_80 refused), and on
+a GPU (``gpu`` marker) against the same expected values."""
+
+import re
+
+import pytest
+import torch
+
+import inductor_lite.dsl as dl
+from inductor_lite.dsl import assembler, compiler, interpreter
+from inductor_lite.dsl.ir import CLUSTER_SIZES
+
+DL_DTYPES = {torch.float32: dl.float32, torch.bfloat16: dl.bfloat16, torch.float16: dl.float16,
+             torch.float64: dl.float64, torch.int8: dl.int8, torch.int32: dl.int32, torch.int64: dl.int64,
+             torch.bool: dl.int1}
+DTYPES = list(DL_DTYPES)
+
+
+@dl.kernel
+def gather_kernel(out_ptr, seed, CLUSTER: dl.constexpr, DTYPE: dl.constexpr):
+    """out[p, r] = value of program (p // CLUSTER) * CLUSTER + r, value(q) = (q * 7 + seed) % 5 - 2."""
+    pid = dl.program_id(0)
+    value = ((pid * 7 + seed) % 5 - 2).to(DTYPE)
+    dl.store(out_ptr + pid * CLUSTER + dl.arange(0, CLUSTER), dl.cluster_gather(value, CLUSTER))
+
+
+@dl.kernel
+def split_row_stats_kernel(x_ptr, sum_ptr, max_ptr, cols, CHUNK: dl.constexpr, CLUSTER: dl.constexpr):
+    """Row p // CLUSTER's sum and max from CLUSTER programs of CHUNK columns; every
+    program stores both (they must agree)."""
+    pid = dl.program_id(0)
+    col = (pid % CLUSTER) * CHUNK + dl.arange(0, CHUNK)
+    mask = col < cols
+    x = dl.load(x_ptr + (pid // CLUSTER) * cols + col, mask=mask, other=0.0)
+    total = dl.sum(dl.cluster_gather(dl.sum(x, 0), CLUSTER), 0)
+    top = dl.max(dl.cluster_gather(dl.max(dl.where(mask, x, float("-inf")), 0), CLUSTER), 0)
+    dl.store(sum_ptr + pid, total)
+    dl.store(max_ptr + pid, top)
+
+
+def _expected_gather(programs: int, cluster: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
+    value = (torch.arange(programs) * 7 + seed) % 5 - 2
+    first = torch.arange(programs) // cluster * cluster
+    return value[first[:, None] + torch.arange(cluster)].to(dtype)
+
+
+def _run_gather(programs, cluster, dtype, device, num_warps=4, seed=3):
+    out = torch.full((programs, cluster), 9, dtype=dtype, device=device)  # poison: 9 is never a value
+    gather_kernel[(programs,)](out, seed, CLUSTER=cluster, DTYPE=DL_DTYPES[dtype], num_warps=num_warps)
+    assert torch.equal(out.cpu(), _expected_gather(programs, cluster, seed, dtype))
+
+
+@pytest.mark.parametrize("cluster", CLUSTER_SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gather_is_every_program_value_in_rank_order(monkeypatch, cluster, dtype):
+    monkeypatch.setattr(interpreter, "CHUNK_ELEMENTS", 24)  # several chunks, each of whole clusters
+    _run_gather(8 * cluster, cluster, dtype, "cpu")
+
+
+def test_split_row_reductions_match_torch():
+    x = torch.randn(5, 1000)
+    sums, tops = torch.empty(20), torch.empty(20)
+    split_row_stats_kernel[(20,)](x, sums, tops, 1000, CHUNK=256, CLUSTER=4)
+    torch.testing.assert_close(sums, x.sum(1).repeat_interleave(4), rtol=1e-5, atol=1e-5)
+    assert torch.equal(tops, x.amax(1).repeat_interleave(4))
+
+
+def test_grid_must_be_whole_clusters():
+    with pytest.raises(ValueError, match="grid axis 0 has 6 programs, not a multiple of its cluster size 4"):
+        gather_kernel[(6,)](torch.empty(6, 4), 0, CLUSTER=4, DTYPE=dl.float32)
+
+
+def _ptx(cluster: int, dtype: torch.dtype, cc=(9, 0)) -> str:
+    args = (torch.empty(4 * cluster, cluster, dtype=dtype), 0)
+    fn = gather_kernel.build_ir(gather_kernel.specialize(args, {"CLUSTER": cluster, "DTYPE": DL_DTYPES[dtype]}))
+    return compiler.compile_ptx(fn, cc=cc, num_warps=4).ptx
+
+
+@pytest.mark.parametrize("cluster", CLUSTER_SIZES)
+@pytest.mark.parametrize("dtype, bits", [(torch.float32, 32), (torch.bfloat16, 32), (torch.int64, 64),
+                                         (torch.float64, 64), (torch.bool, 32)], ids=str)
+def test_gather_ptx_reads_each_peer_once_between_cluster_barriers(cluster, dtype, bits):
+    ptx = _ptx(cluster, dtype)
+    assert re.search(rf"\.reqnctapercluster {cluster}, 1, 1", ptx)
+    assert ptx.count("barrier.cluster.arrive") == ptx.count("barrier.cluster.wait") == 2
+    assert ptx.count(f"ld.shared::cluster.b{bits}") == cluster == ptx.count("mapa.shared::cluster")
+    # thread 0 writes its slot; barrier; every peer's slot read; barrier (no exit while a peer reads)
+    marks = ["st.shared", "barrier.cluster.wait", "ld.shared::cluster", "barrier.cluster.arrive"]
+    at = 0
+    for mark in marks:
+        at = ptx.index(mark, at) + len(mark)
+    if assembler.can_assemble():
+        assembler.check_ptx_assembles(ptx, (9, 0))
+
+
+def test_clusters_need_sm_90():
+    with pytest.raises(compiler.NVPTXCompilationError, match="sm_90 or newer, not sm_80"):
+        _ptx(2, torch.float32, cc=(8, 0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_warps", [1, 4])
+@pytest.mark.parametrize("cluster", CLUSTER_SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gather_on_gpu(dtype, cluster, num_warps):
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    _run_gather(1000 * cluster, cluster, dtype, "cuda", num_warps)
+
+
+@pytest.mark.gpu
+def test_split_row_reductions_and_grid_check_on_gpu():
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    x = torch.randn(4099, 3000, device="cuda")
+    sums, tops = torch.empty(4099 * 4, device="cuda"), torch.empty(4099 * 4, device="cuda")
+    split_row_stats_kernel[(4099 * 4,)](x, sums, tops, 3000, CHUNK=1024, CLUSTER=4, num_warps=8)
+    torch.testing.assert_close(sums, x.sum(1).repeat_interleave(4), rtol=1e-5, atol=1e-4)
+    assert torch.equal(tops, x.amax(1).repeat_interleave(4))
+    with pytest.raises(ValueError, match="not a multiple of its cluster size 4"):
+        split_row_stats_kernel[(6,)](x, sums, tops, 3000, CHUNK=1024, CLUSTER=4, num_warps=8)
