@@ -81,18 +81,40 @@ def _ptx(cluster: int, dtype: torch.dtype, cc=(9, 0)) -> str:
 @pytest.mark.parametrize("cluster", CLUSTER_SIZES)
 @pytest.mark.parametrize("dtype, bits", [(torch.float32, 32), (torch.bfloat16, 32), (torch.int64, 64),
                                          (torch.float64, 64), (torch.bool, 32)], ids=str)
-def test_gather_ptx_reads_each_peer_once_between_cluster_barriers(cluster, dtype, bits):
+def test_gather_ptx_pushes_then_one_cluster_barrier_then_local_reads(cluster, dtype, bits):
     ptx = _ptx(cluster, dtype)
     assert re.search(rf"\.reqnctapercluster {cluster}, 1, 1", ptx)
-    assert ptx.count("barrier.cluster.arrive") == ptx.count("barrier.cluster.wait") == 2
-    assert ptx.count(f"ld.shared::cluster.b{bits}") == cluster == ptx.count("mapa.shared::cluster")
-    # thread 0 writes its slot; barrier; every peer's slot read; barrier (no exit while a peer reads)
-    marks = ["st.shared", "barrier.cluster.wait", "ld.shared::cluster", "barrier.cluster.arrive"]
+    assert ptx.count("barrier.cluster.arrive") == ptx.count("barrier.cluster.wait") == 1
+    assert ptx.count(f"st.shared::cluster.b{bits}") == 1 == ptx.count("mapa.shared::cluster")
+    assert "ld.shared::cluster" not in ptx
+    # threads 0..cluster-1 each write one peer's slot; barrier; every thread reads its own slots
     at = 0
-    for mark in marks:
+    for mark in ("%cluster_ctarank", "st.shared::cluster", "barrier.cluster.arrive", "barrier.cluster.wait",
+                 "ld.shared"):
         at = ptx.index(mark, at) + len(mark)
     if assembler.can_assemble():
         assembler.check_ptx_assembles(ptx, (9, 0))
+
+
+@dl.kernel
+def gather_in_loop_kernel(out_ptr, n, CLUSTER: dl.constexpr):
+    """out[p] = sum over i < n of the cluster's sum of (q + i), q its programs."""
+    pid = dl.program_id(0)
+    acc = 0
+    for i in range(n):
+        acc += dl.sum(dl.cluster_gather(pid + i, CLUSTER), 0)
+    dl.store(out_ptr + pid, acc)
+
+
+def test_gather_in_a_loop_waits_for_the_reads_before_the_next_writes():
+    out = torch.empty(8, dtype=torch.int32)
+    gather_in_loop_kernel[(8,)](out, 3, CLUSTER=4)
+    first = torch.arange(8) // 4 * 4
+    assert out.tolist() == (3 * (4 * first + 6) + 4 * 3).tolist()
+    fn = gather_in_loop_kernel.build_ir(gather_in_loop_kernel.specialize((out, 3), {"CLUSTER": 4}))
+    ptx = compiler.compile_ptx(fn, cc=(9, 0), num_warps=2).ptx
+    gathers = ptx.count("st.shared::cluster")  # LLVM may unroll the loop
+    assert gathers >= 1 and ptx.count("barrier.cluster.arrive") == ptx.count("barrier.cluster.wait") == 2 * gathers
 
 
 def test_clusters_need_sm_90():
@@ -112,6 +134,8 @@ def test_gather_on_gpu(dtype, cluster, num_warps):
 
 @pytest.mark.gpu
 def test_split_row_reductions_and_grid_check_on_gpu():
+    """Many clusters of one row each (a gather in a loop too), and a grid of partial
+    clusters refused before the launch."""
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("thread-block clusters need sm_90")
     x = torch.randn(4099, 3000, device="cuda")
@@ -121,3 +145,7 @@ def test_split_row_reductions_and_grid_check_on_gpu():
     assert torch.equal(tops, x.amax(1).repeat_interleave(4))
     with pytest.raises(ValueError, match="not a multiple of its cluster size 4"):
         split_row_stats_kernel[(6,)](x, sums, tops, 3000, CHUNK=1024, CLUSTER=4, num_warps=8)
+    out = torch.empty(4000, dtype=torch.int32, device="cuda")
+    gather_in_loop_kernel[(4000,)](out, 50, CLUSTER=8, num_warps=2)
+    first = torch.arange(4000) // 8 * 8
+    assert out.cpu().tolist() == (50 * (8 * first + 28) + 8 * 50 * 49 // 2).tolist()

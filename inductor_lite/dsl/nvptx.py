@@ -142,6 +142,14 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
         # The pipeline buffers take the start of shared memory; reduction and layout
         # conversion scratch comes after them.
         self.pipelines, self.scratch_offset = plan_pipelines(fn, self.plan, self.axis, num_stages, num_warps, cc)
+        # Each cluster_gather has its own slots (8 bytes per program of the cluster) after
+        # the pipeline buffers: peers write them while this program may still be using
+        # the scratch.
+        self.gather_slots: dict[int, int] = {}
+        for op in fn.walk():
+            if op.opcode == "cluster_gather":
+                self.gather_slots[id(op)] = self.scratch_offset
+                self.scratch_offset += 8 * op.attrs["size"]
         self._pipelined: dict = {}
         self.defs: dict[int, ir.Op] = {r.id: op for op in fn.walk() for r in op.results}
         self.maxnreg = maxnreg
