@@ -84,13 +84,15 @@ def _ptx(cluster: int, dtype: torch.dtype, cc=(9, 0)) -> str:
 def test_gather_ptx_pushes_then_one_cluster_barrier_then_local_reads(cluster, dtype, bits):
     ptx = _ptx(cluster, dtype)
     assert re.search(rf"\.reqnctapercluster {cluster}, 1, 1", ptx)
-    assert ptx.count("barrier.cluster.arrive") == ptx.count("barrier.cluster.wait") == 1
+    # a relaxed arrive at entry, waited on before the first write (every peer has started)
+    assert ptx.count("barrier.cluster.arrive.relaxed") == 1 == ptx.count("barrier.cluster.arrive.aligned")
+    assert ptx.count("barrier.cluster.wait") == 2
     assert ptx.count(f"st.shared::cluster.b{bits}") == 1 == ptx.count("mapa.shared::cluster")
     assert "ld.shared::cluster" not in ptx
     # threads 0..cluster-1 each write one peer's slot; barrier; every thread reads its own slots
     at = 0
-    for mark in ("%cluster_ctarank", "st.shared::cluster", "barrier.cluster.arrive", "barrier.cluster.wait",
-                 "ld.shared"):
+    for mark in ("barrier.cluster.arrive.relaxed", "barrier.cluster.wait", "%cluster_ctarank", "st.shared::cluster",
+                 "barrier.cluster.arrive.aligned", "barrier.cluster.wait", "ld.shared"):
         at = ptx.index(mark, at) + len(mark)
     if assembler.can_assemble():
         assembler.check_ptx_assembles(ptx, (9, 0))
@@ -114,7 +116,8 @@ def test_gather_in_a_loop_waits_for_the_reads_before_the_next_writes():
     fn = gather_in_loop_kernel.build_ir(gather_in_loop_kernel.specialize((out, 3), {"CLUSTER": 4}))
     ptx = compiler.compile_ptx(fn, cc=(9, 0), num_warps=2).ptx
     gathers = ptx.count("st.shared::cluster")  # LLVM may unroll the loop
-    assert gathers >= 1 and ptx.count("barrier.cluster.arrive") == ptx.count("barrier.cluster.wait") == 2 * gathers
+    assert gathers >= 1 and ptx.count("barrier.cluster.arrive.aligned") == 2 * gathers
+    assert ptx.count("barrier.cluster.wait") == 2 * gathers + 1 and ptx.count("barrier.cluster.arrive.relaxed") == 1
 
 
 def test_clusters_need_sm_90():

@@ -145,6 +145,7 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
         # Each cluster_gather has its own slots (8 bytes per program of the cluster) after
         # the pipeline buffers: peers write them while this program may still be using
         # the scratch.
+        self._cluster_unstarted = fn.cluster_size > 1  # the entry's cluster arrive still to be waited on
         self.gather_slots: dict[int, int] = {}
         for op in fn.walk():
             if op.opcode == "cluster_gather":
@@ -368,6 +369,10 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
 
     def lower_op(self, op: ir.Op) -> None:
         try:
+            if self._cluster_unstarted and (op.opcode == "cluster_gather" or op.opcode == "for" and any(
+                    o.opcode == "cluster_gather" for o in op.attrs["body"].walk())):
+                self.cluster_wait()
+                self._cluster_unstarted = False
             self._lower_op(op)
         except LoweringError as e:
             if e.loc is None:
@@ -638,6 +643,8 @@ def lower(fn: ir.Function, *, num_warps: int, cc: tuple[int, int], data_layout: 
     """
     lowering = _Lowering(fn, num_warps, data_layout, cc, num_stages, maxnreg)
     lowering.lower_args()
+    if fn.cluster_size > 1:
+        lowering.cluster_arrive(relaxed=True)  # waited on before the first gather: every peer has started
     lowering.lower_block(fn.body)
     return lowering.finish()
 

@@ -28,8 +28,9 @@ A ``cluster_gather`` (sm_90+) goes through distributed shared memory, pushed:
 every program has a slot per program of the cluster for each ``cluster_gather`` op
 (`nvptx._Lowering.gather_slots`); thread ``r`` of each program writes the value,
 widened to a 32- or 64-bit word, into slot ``rank`` of program ``r``
-(``mapa.shared::cluster`` maps the address, ``st.shared::cluster`` writes); one
-cluster barrier (``barrier.cluster.arrive``, release, then ``wait``, acquire)
+(``mapa.shared::cluster`` maps the address, ``st.shared::cluster`` writes), after
+waiting on a relaxed cluster arrive made at the kernel's entry (a program may write
+a peer's shared memory only once the peer has started); one cluster barrier (``barrier.cluster.arrive``, release, then ``wait``, acquire)
 publishes the writes; every thread then reads the slots from its own shared memory.
 All remote accesses come before the barrier, so none can reach a program after it
 exits (the CUDA programming guide's rule for distributed shared memory); in a loop
@@ -337,10 +338,17 @@ class MemoryCodegen:
     def cluster_barrier(self) -> None:
         """Every thread of every program of the cluster: ``barrier.cluster.arrive``
         (release semantics, the default) then ``barrier.cluster.wait`` (acquire)."""
-        asm = llir.InlineAsm(llir.FunctionType(llir.VoidType(), []),
-                             "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;", "~{memory}",
-                             side_effect=True)
-        self.b.call(asm, [])
+        self.cluster_arrive()
+        self.cluster_wait()
+
+    def cluster_arrive(self, relaxed: bool = False) -> None:
+        self._asm_statement(f"barrier.cluster.arrive{'.relaxed' if relaxed else ''}.aligned;")
+
+    def cluster_wait(self) -> None:
+        self._asm_statement("barrier.cluster.wait.aligned;")
+
+    def _asm_statement(self, text: str) -> None:
+        self.b.call(llir.InlineAsm(llir.FunctionType(llir.VoidType(), []), text, "~{memory}", side_effect=True), [])
 
     def lower_store(self, op: ir.Op) -> None:
         ptr, value = op.operands[0], op.operands[1]
