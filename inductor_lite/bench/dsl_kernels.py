@@ -50,7 +50,6 @@ from typing import Optional, Sequence
 import torch
 
 import inductor_lite.dsl as dl
-from inductor_lite.dsl.ir import CLUSTER_SIZES
 from inductor_lite.runtime.autotune import autotune
 from inductor_lite.runtime.timing import l2_bytes, rotation_sets
 
@@ -144,10 +143,6 @@ class RowConfig:
     softmax and the norms): the row is loaded again after each reduction instead of held in
     registers. ``maxnreg`` (None: no cap): the launch's cap on registers per thread,
     under which the compiler re-widens 16-bit rows at each use (`inductor_lite.dsl.nvptx`).
-    ``cluster > 1`` (persistent, ``XBLOCK == 1``, not streamed nor re-read; softmax and
-    the norms on sm_90+): each row is split over a thread-block cluster of ``cluster``
-    programs of ``RBLOCK`` columns (``cluster * RBLOCK >= cols``), which combine their
-    partial reductions through distributed shared memory (`dl.cluster_gather`).
     """
 
     XBLOCK: int
@@ -157,15 +152,11 @@ class RowConfig:
     programs_per_sm: int = 0
     reread: bool = False
     maxnreg: Optional[int] = None
-    cluster: int = 1
 
     def __str__(self) -> str:
         """``4x1024 w4`` (persistent: XBLOCK x RBLOCK), ``1x16384 w4 reread``, ``loop
-        4096 w8``, ``stream 16384 w16 2/SM``, ``cluster 4x8192 w8`` (4 programs of 8192
-        columns a row); `` r64`` ends one with ``maxnreg=64``."""
+        4096 w8``, ``stream 16384 w16 2/SM``; `` r64`` ends one with ``maxnreg=64``."""
         cap = f" r{self.maxnreg}" if self.maxnreg else ""
-        if self.cluster > 1:
-            return f"cluster {self.cluster}x{self.RBLOCK} w{self.num_warps}{cap}"
         if self.programs_per_sm:
             return f"stream {self.RBLOCK} w{self.num_warps} {self.programs_per_sm}/SM{cap}"
         blocks = f"{self.XBLOCK}x{self.RBLOCK}" if self.persistent else f"loop {self.RBLOCK}"
@@ -270,8 +261,7 @@ def row_config(cols: int, element_size: int) -> RowConfig:
     return RowConfig(1, 4096, 8, False)
 
 
-def row_candidates(cols: int, element_size: int, streamed: bool = False, reread: bool = False,
-                   clustered: bool = False) -> list[RowConfig]:
+def row_candidates(cols: int, element_size: int, streamed: bool = False, reread: bool = False) -> list[RowConfig]:
     """What the autotuner times for a row reduction (the default first).
 
     Persistent: 4 to 32 values per thread over 1024 to 8192 elements per program
@@ -295,9 +285,7 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False, reread:
     H200, LayerNorm bf16 over 4096 and 8192 columns at 4 warps reached 88% and 86% of
     copy bandwidth where the best uncapped configs reached 82% and 83%; over 32768
     columns at 16 warps, the cap of 64 that fits two programs an SM spilled and was
-    slower). ``clustered`` (ops with a cluster kernel, on sm_90+), from 8192 columns:
-    rows split over clusters of 2, 4 or 8 programs of 2048 to 16384 columns, 4 to 16
-    warps, 8 to 32 fp32 or 8 to 64 half values per thread.
+    slower).
     """
     default = row_config(cols, element_size)
     rblock = next_power_of_2(cols)
@@ -328,14 +316,6 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False, reread:
         for warps in (4, 8, 16):
             if 16 <= rblock // (32 * warps) <= 128:
                 options.append(RowConfig(1, rblock, warps, True, reread=True))
-    if clustered and rblock >= 8192:
-        for cluster in CLUSTER_SIZES:
-            chunk = rblock // cluster
-            for warps in (4, 8, 16):
-                per_thread = chunk // (32 * warps)
-                fills = chunk * (cluster - 1) < cols  # no program without columns
-                if fills and 2048 <= chunk <= 16384 and 8 <= per_thread <= (64 if half else 32):
-                    options.append(RowConfig(1, chunk, warps, True, cluster=cluster))
     if streamed and 8192 <= rblock <= PERSISTENT_MAX_RBLOCK:
         for warps in (8, 16, 32):
             per_thread = rblock // (32 * warps)
@@ -721,66 +701,6 @@ def rms_norm_streamed_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, RBLOCK: dl.
         x = x_next
 
 
-# ----------------------------------------------------------------------------- cluster row kernels
-# One row per thread-block cluster of CLUSTER programs (sm_90+): program p holds
-# columns [r * RBLOCK, (r + 1) * RBLOCK) of row p // CLUSTER, r = p % CLUSTER, and the
-# row's reductions combine the programs' partial results through `dl.cluster_gather`
-# (distributed shared memory, no global traffic). A long row then takes CLUSTER
-# programs of RBLOCK columns instead of one holding the whole row, so more, smaller
-# programs fit an SM and overlap one another's loads, reductions and stores.
-# NO_MASK: cols == CLUSTER * RBLOCK.
-
-
-@dl.kernel
-def softmax_cluster_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr, CLUSTER: dl.constexpr,
-                           NO_MASK: dl.constexpr):
-    """As `softmax_kernel`, each row split over a cluster; grid (rows * CLUSTER,)."""
-    pid = dl.program_id(0)
-    col = (pid % CLUSTER) * RBLOCK + dl.arange(0, RBLOCK)
-    offs = (pid // CLUSTER) * cols + col
-    cmask = None if NO_MASK else col < cols
-    x = dl.load(x_ptr + offs, mask=cmask, other=None if NO_MASK else float("-inf")).to(dl.float32)
-    top = dl.max(dl.cluster_gather(dl.max(x, 0), CLUSTER), 0)
-    e = dl.exp2((x - top) * _LOG2E)
-    total = dl.sum(dl.cluster_gather(dl.sum(e, 0), CLUSTER), 0)
-    dl.store(out_ptr + offs, e * (1.0 / total), mask=cmask)
-
-
-@dl.kernel
-def layer_norm_cluster_kernel(x_ptr, w_ptr, b_ptr, out_ptr, cols, eps, RBLOCK: dl.constexpr,
-                              CLUSTER: dl.constexpr, NO_MASK: dl.constexpr):
-    """As `layer_norm_kernel` (two reductions: the mean, then the squared deviations),
-    each row split over a cluster; grid (rows * CLUSTER,)."""
-    pid = dl.program_id(0)
-    col = (pid % CLUSTER) * RBLOCK + dl.arange(0, RBLOCK)
-    offs = (pid // CLUSTER) * cols + col
-    cmask = None if NO_MASK else col < cols
-    x = dl.load(x_ptr + offs, mask=cmask, other=None if NO_MASK else 0.0, cache_modifier=".cg").to(dl.float32)
-    mean = dl.sum(dl.cluster_gather(dl.sum(x, 0), CLUSTER), 0) * (1.0 / cols)
-    d = x - mean
-    if not NO_MASK:
-        d = dl.where(cmask, d, 0.0)
-    m2 = dl.sum(dl.cluster_gather(dl.sum(d * d, 0), CLUSTER), 0)
-    rstd = dl.rsqrt(m2 * (1.0 / cols) + eps)
-    w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
-    b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
-    dl.store(out_ptr + offs, d * rstd * w + b, mask=cmask)
-
-
-@dl.kernel
-def rms_norm_cluster_kernel(x_ptr, w_ptr, out_ptr, cols, eps, RBLOCK: dl.constexpr, CLUSTER: dl.constexpr,
-                            NO_MASK: dl.constexpr):
-    """As `rms_norm_kernel`, each row split over a cluster; grid (rows * CLUSTER,)."""
-    pid = dl.program_id(0)
-    col = (pid % CLUSTER) * RBLOCK + dl.arange(0, RBLOCK)
-    offs = (pid // CLUSTER) * cols + col
-    cmask = None if NO_MASK else col < cols
-    x = dl.load(x_ptr + offs, mask=cmask, other=None if NO_MASK else 0.0, cache_modifier=".cg").to(dl.float32)
-    rstd = dl.rsqrt(dl.sum(dl.cluster_gather(dl.sum(x * x, 0), CLUSTER), 0) * (1.0 / cols) + eps)
-    w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
-    dl.store(out_ptr + offs, x * rstd * w, mask=cmask)
-
-
 # ----------------------------------------------------------------------------- launchers
 
 
@@ -828,14 +748,6 @@ def _output(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtyp
 
 
 def _row_config(config: RowConfig, cols: int, streamed: bool = False, reread: bool = False) -> RowConfig:
-    if config.cluster > 1:
-        if not (streamed and config.persistent and config.XBLOCK == 1 and not config.programs_per_sm
-                and not config.reread and config.cluster in CLUSTER_SIZES):
-            raise ValueError(f"config {config}: only persistent softmax, layer_norm and rms_norm configs of "
-                             f"XBLOCK 1, neither streamed nor re-read, can take clusters of {CLUSTER_SIZES} programs")
-        if config.cluster * config.RBLOCK < cols:
-            raise ValueError(f"cluster config {config} cannot hold a row of {cols} columns")
-        return config
     if config.persistent and config.RBLOCK < cols:
         raise ValueError(f"persistent config {config} cannot hold a row of {cols} columns")
     if (not config.persistent or config.programs_per_sm) and config.XBLOCK != 1:
@@ -858,20 +770,16 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _launch_rows(persistent_kernel, looped_kernel, config: RowConfig, rows: int, cols: int,
-                 tensors: tuple, scalars: tuple = (), streamed_kernel=None, cluster_kernel=None,
+                 tensors: tuple, scalars: tuple = (), streamed_kernel=None,
                  persistent_constexprs: Optional[dict] = None, constexprs: Optional[dict] = None) -> None:
     """Launch a row op: ``tensors`` are the pointer arguments, ``scalars`` follow
-    ``rows, cols`` (persistent, streamed) or ``cols`` (looped, cluster); the persistent and
+    ``rows, cols`` (persistent, streamed) or ``cols`` (looped); the persistent and
     streamed kernels get ``constexprs``, the persistent kernel also
     ``persistent_constexprs``."""
     if rows == 0:
         return
     constexprs = constexprs or {}
-    if config.cluster > 1:
-        cluster_kernel[(rows * config.cluster,)](
-            *tensors, cols, *scalars, RBLOCK=config.RBLOCK, CLUSTER=config.cluster,
-            NO_MASK=cols == config.RBLOCK * config.cluster, num_warps=config.num_warps, maxnreg=config.maxnreg)
-    elif config.programs_per_sm:
+    if config.programs_per_sm:
         grid = (min(rows, config.programs_per_sm * _sm_count(tensors[0].device)),)
         streamed_kernel[grid](*tensors, rows, cols, *scalars, RBLOCK=config.RBLOCK, NO_MASK=cols == config.RBLOCK,
                               num_warps=config.num_warps, maxnreg=config.maxnreg, **constexprs)
@@ -950,8 +858,7 @@ def softmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
     out = _output(out, x.shape, x.dtype, x.device)
     config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("softmax", x)
     _launch_rows(softmax_kernel, softmax_looped_kernel, config, rows, cols, (x, out),
-                 streamed_kernel=softmax_streamed_kernel, cluster_kernel=softmax_cluster_kernel,
-                 persistent_constexprs={"REREAD": config.reread})
+                 streamed_kernel=softmax_streamed_kernel, persistent_constexprs={"REREAD": config.reread})
     return out
 
 
@@ -970,7 +877,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     out = _output(out, x.shape, x.dtype, x.device)
     config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("layer_norm", x, weight, bias, eps)
     _launch_rows(layer_norm_kernel, layer_norm_looped_kernel, config, rows, cols, (x, weight, bias, out),
-                 (float(eps),), streamed_kernel=layer_norm_streamed_kernel, cluster_kernel=layer_norm_cluster_kernel,
+                 (float(eps),), streamed_kernel=layer_norm_streamed_kernel,
                  persistent_constexprs={"REREAD": config.reread}, constexprs={"WELFORD": x.element_size() == 2})
     return out
 
@@ -989,8 +896,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     out = _output(out, x.shape, x.dtype, x.device)
     config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("rms_norm", x, weight, eps)
     _launch_rows(rms_norm_kernel, rms_norm_looped_kernel, config, rows, cols, (x, weight, out), (float(eps),),
-                 streamed_kernel=rms_norm_streamed_kernel, cluster_kernel=rms_norm_cluster_kernel,
-                 persistent_constexprs={"REREAD": config.reread})
+                 streamed_kernel=rms_norm_streamed_kernel, persistent_constexprs={"REREAD": config.reread})
     return out
 
 
@@ -1030,8 +936,7 @@ def row_argmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
 # ----------------------------------------------------------------------------- autotuning
 
 STREAMED_OPS = ("softmax", "layer_norm", "rms_norm")
-"""The row ops with a streamed kernel (`RowConfig.programs_per_sm`) and a cluster kernel
-(`RowConfig.cluster`)."""
+"""The row ops with a streamed kernel (`RowConfig.programs_per_sm`)."""
 REREAD_OPS = ("softmax", "layer_norm", "rms_norm")
 """The row ops whose persistent kernel can re-read the row (`RowConfig.reread`)."""
 
@@ -1041,21 +946,18 @@ LAUNCHERS = {"add": add, "bias_gelu": bias_gelu, "softmax": softmax, "layer_norm
 
 def candidates(op: str, x: torch.Tensor) -> tuple:
     """The configs the autotuner times for launcher ``op`` on input ``x`` (the default,
-    `pointwise_config`, `tile_config` or `row_config`, first); cluster configs only on
-    CUDA devices of compute capability 9.0 and up."""
-    clusters = x.device.type == "cuda" and torch.cuda.get_device_capability(x.device) >= (9, 0)
-    return _candidates(op, tuple(x.shape), x.element_size(), clusters)
+    `pointwise_config`, `tile_config` or `row_config`, first)."""
+    return _candidates(op, tuple(x.shape), x.element_size())
 
 
 @functools.lru_cache(maxsize=None)
-def _candidates(op: str, shape: tuple[int, ...], element_size: int, clusters: bool = False) -> tuple:
+def _candidates(op: str, shape: tuple[int, ...], element_size: int) -> tuple:
     # Cached: every launch without a config asks for them (choose_config).
     if op == "add":
         return tuple(pointwise_candidates(math.prod(shape), element_size))
     if op == "bias_gelu":
         return tuple(tile_candidates(shape[0], shape[1], element_size))
-    return tuple(row_candidates(shape[-1], element_size, streamed=op in STREAMED_OPS, reread=op in REREAD_OPS,
-                                clustered=clusters and op in STREAMED_OPS))
+    return tuple(row_candidates(shape[-1], element_size, streamed=op in STREAMED_OPS, reread=op in REREAD_OPS))
 
 
 def choose_config(op: str, *inputs):
