@@ -70,7 +70,8 @@ class Timer:
 
         Raises:
             RuntimeError: with ``graphs=True``, a contender's calls cannot be captured
-                into a CUDA graph (they synchronize with the host, say).
+                into a CUDA graph (they synchronize with the host, say); the failed
+                capture may leave the process's CUDA context unusable.
         """
         for calls in contenders:
             for i in range(self.warmup):
