@@ -128,8 +128,10 @@ def cluster_gather(value: Any, size: int) -> Any:
     ``k * size`` to ``k * size + size - 1`` along grid axis 0 run at the same time, and
     element ``r`` of the result is ``value`` of the one whose ``program_id(0) % size
     == r``, read from its shared memory. ``size`` is a constexpr power of two from 2
-    to 8 (the portable cluster sizes), the same for every call in a kernel; the
-    launch grid's axis 0 must be a multiple of it. Every program of a cluster must
+    to 8 (the portable cluster sizes), the same for every call in a kernel (else a
+    CompilationError); the launch grid's axis 0 must be a multiple of it (else the
+    launch raises ValueError), and compiling for a GPU older than sm_90 raises
+    NVPTXCompilationError. Every program of a cluster must
     make the same calls in the same order: each is a barrier across the cluster.
     Reduce the result with ordinary block ops, e.g. ``dl.sum(dl.cluster_gather(s,
     4), 0)``, to split one row's reduction over a cluster of programs."""
