@@ -1,7 +1,7 @@
 """`dl.cluster_gather`: thread-block clusters (sm_90+). In the interpreter everywhere,
-as PTX on CPU (the cluster directive, two cluster barriers and one distributed
-shared-memory read per program gathered, assembled for sm_90; sm_80 refused), and on
-a GPU (``gpu`` marker) against the same expected values."""
+as PTX on CPU (the cluster directive, one distributed shared-memory write a
+program, one cluster barrier a gather, local reads; assembled for sm_90; sm_80
+refused), and on a GPU (``gpu`` marker) against the same expected values."""
 
 import re
 
@@ -20,9 +20,13 @@ DTYPES = list(DL_DTYPES)
 
 @dl.kernel
 def gather_kernel(out_ptr, seed, CLUSTER: dl.constexpr, DTYPE: dl.constexpr):
-    """out[p, r] = value of program (p // CLUSTER) * CLUSTER + r, value(q) = (q * 7 + seed) % 5 - 2."""
+    """out[p, r] = value of program (p // CLUSTER) * CLUSTER + r, value(q) = (q * 5 + seed)
+    % 61 - 30 (distinct within any 8 consecutive programs), for bool (q + seed) % 3 == 0."""
     pid = dl.program_id(0)
-    value = ((pid * 7 + seed) % 5 - 2).to(DTYPE)
+    if DTYPE == dl.int1:
+        value = (pid + seed) % 3 == 0
+    else:
+        value = ((pid * 5 + seed) % 61 - 30).to(DTYPE)
     dl.store(out_ptr + pid * CLUSTER + dl.arange(0, CLUSTER), dl.cluster_gather(value, CLUSTER))
 
 
@@ -41,13 +45,16 @@ def split_row_stats_kernel(x_ptr, sum_ptr, max_ptr, cols, CHUNK: dl.constexpr, C
 
 
 def _expected_gather(programs: int, cluster: int, seed: int, dtype: torch.dtype) -> torch.Tensor:
-    value = (torch.arange(programs) * 7 + seed) % 5 - 2
+    q = torch.arange(programs)
+    value = (q + seed) % 3 == 0 if dtype == torch.bool else (q * 5 + seed) % 61 - 30
     first = torch.arange(programs) // cluster * cluster
     return value[first[:, None] + torch.arange(cluster)].to(dtype)
 
 
 def _run_gather(programs, cluster, dtype, device, num_warps=4, seed=3):
-    out = torch.full((programs, cluster), 9, dtype=dtype, device=device)  # poison: 9 is never a value
+    out = torch.full((programs, cluster), 99, dtype=dtype, device=device)  # poison: never a value
+    if dtype == torch.bool:
+        out = torch.rand(programs, cluster, device=device) < 0.5  # poison: random, half of it wrong
     gather_kernel[(programs,)](out, seed, CLUSTER=cluster, DTYPE=DL_DTYPES[dtype], num_warps=num_warps)
     assert torch.equal(out.cpu(), _expected_gather(programs, cluster, seed, dtype))
 

@@ -25,7 +25,8 @@ from dsl_corpus import axpy_kernel
 TOOLCHAIN = {"llvm": "22.1.0", "llvmlite": "0.50.0", "ptxas": "13.0.88"}
 
 
-def make_binary(name="poi_fused_add_0", seed=0, shared_bytes=0, num_warps=4, param_types=("ptr", "ptr", "i32")):
+def make_binary(name="poi_fused_add_0", seed=0, shared_bytes=0, num_warps=4, param_types=("ptr", "ptr", "i32"),
+                cluster_size=1):
     gen = torch.Generator().manual_seed(seed)
     cubin = bytes(torch.randint(0, 256, (3000,), generator=gen, dtype=torch.uint8).tolist())
     return CompiledBinary(
@@ -37,6 +38,7 @@ def make_binary(name="poi_fused_add_0", seed=0, shared_bytes=0, num_warps=4, par
         cc=(9, 0),
         ptx=f"// ptx of {name} {seed}\n.visible .entry {name}() {{ ret; }}\n",
         llvm_ir=f"; llvm of {name} {seed} \u00b5\ndefine void @{name}() {{ ret void }}\n",
+        cluster_size=cluster_size,
     )
 
 
@@ -95,9 +97,12 @@ def test_round_trip_and_atomic_write_leaves_no_temp_files(tmp_path):
     assert files_in(cache.directory) == [f"{key}.ilbin"]
     assert cache.get(key) == binary
     assert BinaryCache(cache.directory).get(key) == binary  # a fresh instance (another process) reads it too
-    other = make_binary(name="red_fused_sum_1", seed=1, shared_bytes=4096, param_types=("ptr", "i64", "f32", "f64"))
+    other = make_binary(name="red_fused_sum_1", seed=1, shared_bytes=4096, param_types=("ptr", "i64", "f32", "f64"),
+                        cluster_size=4)
     cache.put(key_of(spec_key="b"), other)
-    assert cache.get(key_of(spec_key="b")) == other
+    assert cache.get(key_of(spec_key="b")) == other and cache.get(key_of(spec_key="b")).cluster_size == 4
+    with pytest.raises(ValueError, match="cluster size 3"):
+        make_binary(cluster_size=3)
     assert cache.get(key) == binary
     assert not [f for f in files_in(cache.directory) if f.endswith(".tmp")]
 

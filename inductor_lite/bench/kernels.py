@@ -284,7 +284,9 @@ def measure(bench: KernelBench, rows: int, cols: int, dtype: torch.dtype, copy_g
     """Check and time one (kernel, dtype, shape) for ours, eager and inductor.
 
     Errors never propagate: ours raising gives status ERROR, ours wrong FAIL (neither
-    is timed); eager or inductor failing leaves their columns empty with a note.
+    is timed); eager or inductor failing leaves their columns empty with a note; a
+    contender that cannot be captured into a CUDA graph (``--timing graphs``) leaves
+    the row untimed, status ERROR.
     """
     device = settings.device
     inputs = bench.make_inputs(rows, cols, dtype, device, torch.Generator(device).manual_seed(settings.seed))
@@ -301,7 +303,13 @@ def measure(bench: KernelBench, rows: int, cols: int, dtype: torch.dtype, copy_g
         contenders["ours"] = _ours_calls(bench, sets, config)
     if compiled is not None:
         contenders["inductor"] = [functools.partial(compiled, *s) for s in sets]
-    for name, seconds in zip(contenders, settings.timer.median_seconds(list(contenders.values()))):
+    try:
+        times = settings.timer.median_seconds(list(contenders.values()))
+    except RuntimeError as error:  # a contender cannot be captured into a CUDA graph: the row is untimed
+        row.status = STATUS_ERROR
+        notes.append(f"timing ({', '.join(contenders)}): {_describe(error)}")
+        times = []
+    for name, seconds in zip(contenders, times):
         setattr(row, f"{name}_us", seconds * 1e6)
         setattr(row, f"{name}_gbs", row.bytes / seconds / 1e9)
     if row.ours_us is not None:

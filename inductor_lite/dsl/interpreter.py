@@ -10,7 +10,9 @@ per-program work. P is chosen so P * numel(largest block) is about `CHUNK_ELEMEN
 A ``for`` loop runs with Python ``range`` and so needs bounds that are the same in
 every program of a chunk; when a loop bound depends on ``program_id`` the whole
 launch runs one program per chunk (one cluster, for a kernel with
-``cluster_gather``: chunks hold whole clusters, so a gather is a reshape).
+``cluster_gather``: chunks hold whole clusters, so a gather is a reshape; such a
+kernel's loop bounds must then be the same in every program of a cluster, which the
+GPU does not require of loops without a gather).
 
 Pointers are a tensor's whole storage as a flat 1-D view plus int64 element offsets
 into it (the tensor's ``storage_offset`` is the base). Loads and stores are gathers

@@ -131,7 +131,8 @@ def cluster_gather(value: Any, size: int) -> Any:
     to 8 (the portable cluster sizes), the same for every call in a kernel (else a
     CompilationError); the launch grid's axis 0 must be a multiple of it (else the
     launch raises ValueError), and compiling for a GPU older than sm_90 raises
-    NVPTXCompilationError. Every program of a cluster must
+    NVPTXCompilationError. In the interpreter, loops whose bounds differ between
+    the programs of one cluster raise RuntimeError. Every program of a cluster must
     make the same calls in the same order: each is a barrier across the cluster.
     Reduce the result with ordinary block ops, e.g. ``dl.sum(dl.cluster_gather(s,
     4), 0)``, to split one row's reduction over a cluster of programs."""

@@ -341,14 +341,14 @@ class MemoryCodegen:
         self.cluster_arrive()
         self.cluster_wait()
 
+    # LLVM's intrinsics rather than inline asm: they are `convergent`, so no pass
+    # duplicates them into divergent paths (`.aligned` needs every thread of a warp).
     def cluster_arrive(self, relaxed: bool = False) -> None:
-        self._asm_statement(f"barrier.cluster.arrive{'.relaxed' if relaxed else ''}.aligned;")
+        name = f"llvm.nvvm.barrier.cluster.arrive{'.relaxed' if relaxed else ''}.aligned"
+        self.b.call(self.declare(name, llir.VoidType(), []), [])
 
     def cluster_wait(self) -> None:
-        self._asm_statement("barrier.cluster.wait.aligned;")
-
-    def _asm_statement(self, text: str) -> None:
-        self.b.call(llir.InlineAsm(llir.FunctionType(llir.VoidType(), []), text, "~{memory}", side_effect=True), [])
+        self.b.call(self.declare("llvm.nvvm.barrier.cluster.wait.aligned", llir.VoidType(), []), [])
 
     def lower_store(self, op: ir.Op) -> None:
         ptr, value = op.operands[0], op.operands[1]

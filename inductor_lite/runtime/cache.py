@@ -31,6 +31,7 @@ import warnings
 from typing import Mapping, Optional
 
 from ..config import config
+from ..dsl.ir import CLUSTER_SIZES
 from ..logs import log_artifact
 
 FORMAT_VERSION = 2
@@ -57,6 +58,9 @@ class CompiledBinary:
         cluster_size: programs per thread-block cluster (1: none; see
             ``inductor_lite.dsl.language.cluster_gather``); the launch grid's x must be
             a multiple of it.
+
+    Raises:
+        ValueError: an unknown param type, or a cluster size other than 1, 2, 4 or 8.
     """
 
     name: str
@@ -73,6 +77,9 @@ class CompiledBinary:
         bad = [t for t in self.param_types if t not in PARAM_TYPES]
         if bad:
             raise ValueError(f"kernel {self.name!r}: unknown param types {bad}; expected each of {PARAM_TYPES}")
+        if self.cluster_size not in (1,) + CLUSTER_SIZES:
+            raise ValueError(f"kernel {self.name!r}: cluster size {self.cluster_size!r}; expected one of "
+                             f"{(1,) + CLUSTER_SIZES}")
 
 
 def cache_key(source: str, spec_key: str, num_warps: int, cc: tuple[int, int], toolchain: Mapping[str, str],

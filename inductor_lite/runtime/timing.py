@@ -38,8 +38,11 @@ DEFAULT_L2_BYTES = 50 * 2**20
 
 
 GRAPH_CALLS = 10
-"""Calls captured in one CUDA graph when timing with ``graphs=True`` (more when a
-contender rotates over more input sets: each set once a replay)."""
+"""Calls captured in one CUDA graph when timing with ``graphs=True``, at least (rounded
+up to whole rounds of a contender's input sets)."""
+GRAPH_LAUNCH_S = 100e-6
+"""How long ``torch.cuda._sleep`` holds the stream before a timed replay: longer than
+the host takes to launch a graph."""
 
 
 class Timer:
@@ -48,7 +51,8 @@ class Timer:
     (``repeat`` calls in all, rounded up to whole replays, 3 replays at least).
 
     Raises:
-        ValueError: ``repeat < 1`` or ``warmup < 0``.
+        ValueError: ``repeat < 1`` or ``warmup < 0``, or ``warmup < 1`` with ``graphs``
+            (first calls may compile or tune, which no capture allows).
     """
 
     BATCH = 25
@@ -57,6 +61,9 @@ class Timer:
     def __init__(self, device: torch.device, warmup: int, repeat: int, graphs: bool = False):
         if repeat < 1 or warmup < 0:
             raise ValueError(f"need repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
+        if graphs and warmup < 1:
+            raise ValueError("timing with CUDA graphs needs warmup >= 1: a first call may compile or tune, "
+                             "which cannot be captured")
         self.device, self.warmup, self.repeat, self.graphs = device, warmup, repeat, graphs
         self._cycles_per_s: Optional[float] = None
 
@@ -85,10 +92,11 @@ class Timer:
                     out.append(time.perf_counter() - start)
         elif self.graphs:
             graphs = [self._capture(calls, k) for k, calls in enumerate(contenders)]
-            longest = max(n for _, n in graphs)
-            for _ in range(max(3, math.ceil(self.repeat / longest))):
-                for (graph, n), out in zip(graphs, samples):
-                    out.append(self._replay_seconds(graph) / n)
+            replays = [max(3, math.ceil(self.repeat / n)) for _, n in graphs]
+            for r in range(max(replays)):
+                for (graph, n), count, out in zip(graphs, replays, samples):
+                    if r < count:
+                        out.append(self._replay_seconds(graph) / n)
             del graphs
         else:
             host_s = [self._host_seconds(calls) for calls in contenders]
@@ -100,9 +108,10 @@ class Timer:
         return [statistics.median(out) for out in samples]
 
     def _capture(self, calls: Sequence[Callable[[], Any]], index: int) -> tuple["torch.cuda.CUDAGraph", int]:
-        """A CUDA graph of `GRAPH_CALLS` calls in rotation (every call once, if there
-        are more), replayed once untimed, and its number of calls."""
-        n = max(GRAPH_CALLS, len(calls))
+        """A CUDA graph of whole rounds of the calls, at least `GRAPH_CALLS` calls (so
+        each replay takes every input set equally often, in order), replayed once
+        untimed, and its number of calls."""
+        n = len(calls) * math.ceil(GRAPH_CALLS / len(calls))
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
@@ -113,9 +122,11 @@ class Timer:
         graph.replay()
         return graph, n
 
-    @staticmethod
-    def _replay_seconds(graph: "torch.cuda.CUDAGraph") -> float:
+    def _replay_seconds(self, graph: "torch.cuda.CUDAGraph") -> float:
+        """One replay's device seconds; a ``torch.cuda._sleep`` holds the stream while
+        the host launches the graph, so the graph's launch latency is not timed."""
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(GRAPH_LAUNCH_S * self._cycles_per_second()))
         start.record()
         graph.replay()
         end.record()
