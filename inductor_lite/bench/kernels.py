@@ -564,8 +564,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "argv": sys.argv[1:] if argv is None else list(argv), "device": device.type,
             "device_name": device_name, "copy_gbs": copy_gbs, "l2_bytes": l2_bytes(device),
-            "repeat": args.repeat, "warmup": args.warmup, "timing": args.timing, "torch": torch.__version__, "cuda": torch.version.cuda,
-            "python": platform.python_version(),
+            "repeat": args.repeat, "warmup": args.warmup, "timing": args.timing, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "python": platform.python_version(),
         }
         write_output(rows, args.output, meta)
         print(f"results written to {args.output}")

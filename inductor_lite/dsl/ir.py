@@ -100,6 +100,8 @@ Invariants the frontend guarantees (so backends need not handle the other cases)
 
 from __future__ import annotations
 
+import functools
+
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -324,10 +326,10 @@ class Function:
         """Yield every op, loop bodies included, in program order."""
         return self.body.walk()
 
-    @property
+    @functools.cached_property
     def cluster_size(self) -> int:
         """Programs per thread-block cluster: the ``size`` of its ``cluster_gather``
-        ops, 1 (no clusters) without any."""
+        ops, 1 (no clusters) without any (found once: a built function is not changed)."""
         return next((op.attrs["size"] for op in self.walk() if op.opcode == "cluster_gather"), 1)
 
 

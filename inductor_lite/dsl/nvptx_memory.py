@@ -30,7 +30,8 @@ every program has a slot per program of the cluster for each ``cluster_gather`` 
 widened to a 32- or 64-bit word, into slot ``rank`` of program ``r``
 (``mapa.shared::cluster`` maps the address, ``st.shared::cluster`` writes), after
 waiting on a relaxed cluster arrive made at the kernel's entry (a program may write
-a peer's shared memory only once the peer has started); one cluster barrier (``barrier.cluster.arrive``, release, then ``wait``, acquire)
+a peer's shared memory only once the peer has started); one cluster barrier
+(``barrier.cluster.arrive``, release, then ``wait``, acquire)
 publishes the writes; every thread then reads the slots from its own shared memory.
 All remote accesses come before the barrier, so none can reach a program after it
 exits (the CUDA programming guide's rule for distributed shared memory); in a loop
@@ -319,7 +320,8 @@ class MemoryCodegen:
         c = "l" if word.width == 64 else "r"
         push = llir.InlineAsm(
             llir.FunctionType(llir.VoidType(), [mine.type, I32, word]),
-            f"{{ .reg .u64 %peer; mapa.shared::cluster.u64 %peer, $0, $1; st.shared::cluster.b{word.width} [%peer], $2; }}",
+            "{ .reg .u64 %peer; mapa.shared::cluster.u64 %peer, $0, $1; "
+            f"st.shared::cluster.b{word.width} [%peer], $2; }}",
             f"l,r,{c},~{{memory}}", side_effect=True)
         with self.b.if_then(self.b.icmp_unsigned("<", self.tid, llir.Constant(I32, size))):
             self.b.call(push, [mine, self.tid, value])  # thread r writes to program r

@@ -668,8 +668,9 @@ def atomic(b: Builder, op: str, ptr: Any, value: Any, mask: Any = None, sem: str
 
 def cluster_gather(b: Builder, value: Any, size: Any) -> Tensor:
     """Every cluster program's scalar ``value``, a ``[size]`` block (`language.cluster_gather`)."""
-    if (isinstance(size, bool) or not isinstance(size, int) or size not in ir.CLUSTER_SIZES):
-        raise SemanticError(f"cluster_gather: size must be a constexpr int in {ir.CLUSTER_SIZES}; got {_describe(size)}")
+    if isinstance(size, bool) or not isinstance(size, int) or size not in ir.CLUSTER_SIZES:
+        raise SemanticError(f"cluster_gather: size must be a constexpr int in {ir.CLUSTER_SIZES}; "
+                            f"got {_describe(size)}")
     if b.cluster_size is not None and size != b.cluster_size:
         raise SemanticError(f"cluster_gather: size {size} differs from the kernel's earlier cluster size "
                             f"{b.cluster_size}; a kernel runs in clusters of one size")

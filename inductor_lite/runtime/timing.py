@@ -12,8 +12,8 @@ pass calls that take turns over `rotation_sets`. On CPU each call is timed by th
 host clock.
 
 With ``graphs=True`` (CUDA) each contender's calls are captured once into a CUDA graph
-of `GRAPH_CALLS` calls, and a sample is one replay's event-timed duration over
-`GRAPH_CALLS`, as in Triton's ``do_bench_cudagraph``: no event record and no host
+of at least `GRAPH_CALLS` calls, and a sample is one replay's event-timed duration
+over its calls, as in Triton's ``do_bench_cudagraph``: no event record and no host
 launch sits between two calls, only the graph's own spacing of kernels (about 1 us a
 kernel on an H200, against 3.5 us with an event after each call). That is the
 kernel's throughput when it runs among other kernels, as under
