@@ -101,7 +101,6 @@ Invariants the frontend guarantees (so backends need not handle the other cases)
 from __future__ import annotations
 
 import functools
-
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
