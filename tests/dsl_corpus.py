@@ -365,6 +365,23 @@ def softmax_row_loop_kernel(x_ptr, out_ptr, rows, cols, RBLOCK: dl.constexpr):
 
 
 @dl.kernel
+def layernorm_row_loop_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, RBLOCK: dl.constexpr):
+    # Programs stride over rows; the row is loaded twice, before and after its
+    # reductions (pipelined, the second load reads the first one's buffer again).
+    col = dl.arange(0, RBLOCK)
+    cmask = col < cols
+    for row in range(dl.program_id(0), rows, dl.num_programs(0)):
+        x = dl.load(x_ptr + row * cols + col, mask=cmask, other=0.0).to(dl.float32)
+        mean = dl.sum(x, 0) / cols
+        d = dl.where(cmask, x - mean, 0.0)
+        rstd = dl.rsqrt(dl.sum(d * d, 0) / cols + eps)
+        y = (dl.load(x_ptr + row * cols + col, mask=cmask, other=0.0).to(dl.float32) - mean) * rstd
+        w = dl.load(w_ptr + col, mask=cmask).to(dl.float32)
+        b = dl.load(b_ptr + col, mask=cmask).to(dl.float32)
+        dl.store(out_ptr + row * cols + col, (y * w + b).to(out_ptr.dtype.element), mask=cmask)
+
+
+@dl.kernel
 def split_row_sum_kernel(x_ptr, part_ptr, count_ptr, out_ptr, cols, CHUNKS: dl.constexpr,
                          CHUNKS_BLOCK: dl.constexpr, RBLOCK: dl.constexpr):
     # CHUNKS programs a row; the last to count itself in count[row] adds the partial sums.
@@ -752,6 +769,12 @@ def _misc_cases(c: _Builder) -> None:
         want = torch.softmax(x.double(), -1).to(dtype)
         c.add(f"softmax_row_loop_{dtype}_{rows}x{cols}", softmax_row_loop_kernel, (x, None, rows, cols),
               {"RBLOCK": rblock}, (programs,), {1: want})
+    for dtype, rows, cols, rblock, programs in [(torch.float32, 11, 304, 512, 4), (torch.bfloat16, 6, 1000, 1024, 4)]:
+        x = c.randn(rows, cols, dtype=dtype, scale=2.0)
+        w, b = c.randn(cols, dtype=dtype), c.randn(cols, dtype=dtype)
+        want = F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5).to(dtype)
+        c.add(f"layernorm_row_loop_{dtype}_{rows}x{cols}", layernorm_row_loop_kernel,
+              (x, w, b, None, rows, cols, 1e-5), {"RBLOCK": rblock}, (programs,), {3: want})
     # Rows split over programs that elect a last one with an atomic counter; the counts
     # start at 0 and the kernel leaves them at 0.
     for dtype, rows, cols, chunks, rblock in [(torch.float32, 13, 1000, 4, 256), (torch.float64, 3, 70, 3, 32)]:

@@ -86,7 +86,9 @@ def test_row_kernel_matches_torch(name, config, dtype):
     ((5, 512), K.RowConfig(1, 512, 4, True, 2)),  # full rows (no masks), an odd row count
     ((3, 64), K.RowConfig(1, 64, 1, True, 8)),  # more programs asked for than rows
     ((1, 17), K.RowConfig(1, 32, 1, True, 1)),  # one program, one row
-], ids=["masked", "full", "fewer_rows", "one_row"])
+    ((11, 300), K.RowConfig(1, 512, 2, True, 4, num_stages=2)),  # the loop's own loads, as num_stages pipelines
+    ((5, 512), K.RowConfig(1, 512, 4, True, 2, num_stages=3)),
+], ids=["masked", "full", "fewer_rows", "one_row", "masked_staged", "full_staged"])
 def test_streamed_row_kernels_match_torch(name, shape, config, dtype):
     inputs = _inputs(name, *shape, dtype, seed=shape[0])
     want = _reference(name, inputs)
@@ -258,6 +260,8 @@ def test_bad_input_raises_clear_errors():
         K.softmax(x, config=K.RowConfig(2, 8, 1, True, 2))
     with pytest.raises(ValueError, match="can stream"):
         K.row_sum(x, config=K.RowConfig(1, 8, 1, True, 2))
+    with pytest.raises(ValueError, match="only streamed configs take num_stages"):
+        K.softmax(x, config=K.RowConfig(1, 8, 1, True, num_stages=2))
     with pytest.raises(ValueError, match="can re-read"):
         K.row_sum(x, config=K.RowConfig(1, 8, 1, True, reread=True))
     with pytest.raises(ValueError, match="can re-read"):
@@ -307,6 +311,9 @@ def test_configs_are_valid(element_size):
             if config.programs_per_sm:
                 assert config.persistent and config.XBLOCK == 1 and cols >= 4097
                 assert config.RBLOCK // (32 * config.num_warps) <= 64 // (element_size // 2)
+            if config.num_stages > 1:
+                assert config.programs_per_sm
+                assert config.programs_per_sm * config.RBLOCK * element_size <= K.STAGED_SHARED_BYTES
             if config.reread:
                 assert config.persistent and config.XBLOCK == 1 and not config.programs_per_sm and cols >= 2049
         assert not any(c.programs_per_sm or c.reread for c in K.row_candidates(cols, element_size))
@@ -356,7 +363,8 @@ def test_benchmark_launches_compile_with_16_byte_loads(name, dtype, monkeypatch)
 @needs_assembler
 def test_streamed_bias_gelu_pipelines_its_tiles():
     """Every streamed bias_gelu candidate (bf16) copies its x tiles into shared memory
-    with 16-byte cp.async, num_stages - 1 tiles ahead; only the bias is a global load."""
+    with 16-byte cp.async, num_stages - 1 tiles ahead (waiting for all but
+    num_stages - 2 of them); only the bias is a global load."""
     rows, cols = 4096, 1024
     x, bias = torch.empty(rows, cols, dtype=torch.bfloat16), torch.empty(cols, dtype=torch.bfloat16)
     streamed = [c for c in K.tile_candidates(rows, cols, 2) if c.programs_per_sm]
@@ -371,7 +379,7 @@ def test_streamed_bias_gelu_pipelines_its_tiles():
         plain = compiler.compile_ptx(fn, cc=(9, 0), num_warps=config.num_warps).ptx
         assembler.check_ptx_assembles(ptx, (9, 0))
         assert re.search(r"cp\.async\.cg\.shared\.global \[%rd\d+\], \[%rd\d+\], 16,", ptx), config
-        assert f"cp.async.wait_group {config.num_stages - 1};" in ptx, config
+        assert f"cp.async.wait_group {config.num_stages - 2};" in ptx, config
         loads = lambda text: len(re.findall(r"ld\.global", text))  # noqa: E731
         assert loads(ptx) == loads(plain) - config.YBLOCK * config.XBLOCK * 2 // (16 * 32 * config.num_warps), config
 

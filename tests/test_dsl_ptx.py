@@ -740,18 +740,39 @@ def _case(name: str, **changes) -> dsl_corpus.Case:
 @pytest.mark.parametrize("num_stages", [2, 3])
 def test_num_stages_streams_loop_loads_through_shared_memory(num_stages):
     """bf16 rows of 1024 over 4 warps: one 16-byte copy a thread an iteration, issued
-    num_stages - 1 iterations ahead into num_stages buffers of 128 x 16 bytes; no
-    global load is left, and the loop waits for all but num_stages - 1 groups."""
+    num_stages - 1 iterations ahead into num_stages - 1 buffers of 128 x 16 bytes; no
+    global load is left; the loop waits for all but num_stages - 2 groups, then reads
+    the buffer and only then refills it."""
     plain = _compile_case(_case("softmax_row_loop_torch.bfloat16_9x1008"), (9, 0))
     out = _compile_case(_case("softmax_row_loop_torch.bfloat16_9x1008", num_stages=num_stages), (9, 0))
     assembler.check_ptx_assembles(out.ptx, (9, 0))
     copies = re.findall(r"cp\.async\.cg\.shared\.global \[%rd\d+\], \[%rd\d+\], 16, %r\d+;", out.ptx)
     assert len(copies) == num_stages  # the prologue's num_stages - 1, the loop's one
-    assert f"cp.async.wait_group {num_stages - 1};" in out.ptx and "cp.async.wait_group 0;" in out.ptx
+    assert f"cp.async.wait_group {num_stages - 2};" in out.ptx and "cp.async.wait_group 0;" in out.ptx
     assert out.ptx.count("cp.async.commit_group;") == num_stages
     assert not re.search(r"ld\.global", out.ptx) and re.search(r"ld\.global", plain.ptx)
     assert "cp.async" not in plain.ptx
-    assert out.shared_bytes == num_stages * 128 * 16 + plain.shared_bytes
+    assert out.shared_bytes == (num_stages - 1) * 128 * 16 + plain.shared_bytes
+    loop = out.ptx[out.ptx.index(f"cp.async.wait_group {num_stages - 2};"):]
+    assert loop.index("ld.shared") < loop.index("cp.async.cg.shared.global")
+
+
+@needs_assembler
+def test_repeated_loop_load_reads_the_first_ones_buffer():
+    """The row loaded twice an iteration (fp32, 512 columns over 4 warps: one 16-byte
+    copy a thread) is copied once and read twice from one buffer, and the refill
+    follows the second read; w and b (loop-invariant addresses) stay global loads."""
+    name = "layernorm_row_loop_torch.float32_11x304"
+    out = _compile_case(_case(name, num_stages=2), (9, 0))
+    assembler.check_ptx_assembles(out.ptx, (9, 0))
+    assert len(re.findall(r"cp\.async\.cg\.shared\.global", out.ptx)) == 2  # the prologue's, the loop's
+    assert len(re.findall(r"ld\.global", out.ptx)) == 2
+    assert out.shared_bytes == 128 * 16 + _compile_case(_case(name), (9, 0)).shared_bytes
+    slot = re.search(r"cp\.async\.cg\.shared\.global (\[%rd\d+\])", out.ptx).group(1)
+    assert out.ptx.count(f"}}, {slot};") == 2  # two reads of this thread's slot
+    refill = [m.start() for m in re.finditer(r"cp\.async\.cg\.shared\.global", out.ptx)][1]
+    block = out.ptx[out.ptx.rindex("$L__BB", 0, refill):refill]  # the refill's basic block, up to it
+    assert f"}}, {slot};" in block
 
 
 @pytest.mark.parametrize("name, copy", [

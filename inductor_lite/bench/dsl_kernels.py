@@ -25,7 +25,8 @@ to a program. Longer rows can use *looped* kernels that stream the row in ``RBLO
 chunks (reading it again, from L2 if it is still there, for the output pass).
 Softmax and the norms also have *streamed* kernels for wide rows, persistent kernels
 in the CUDA sense: a grid sized to the SMs strides over the rows, each program
-loading its next row before reducing the current one. When every block is full (e.g. power-of-two widths) the
+loading its next row before reducing the current one (into registers, or with
+``num_stages=2`` through shared memory, `inductor_lite.dsl.nvptx_pipeline`). When every block is full (e.g. power-of-two widths) the
 launchers pass ``NO_MASK=True`` and the kernels are compiled without masks. Argmax is
 a max reduction followed by a search for the first column holding the maximum,
 cheaper per element than a (value, index) reduction: the persistent kernel searches
@@ -54,6 +55,11 @@ from inductor_lite.runtime.autotune import autotune
 from inductor_lite.runtime.timing import l2_bytes, rotation_sets
 
 PERSISTENT_MAX_RBLOCK = 32768
+STAGED_SHARED_BYTES = 160 * 1024
+"""Most shared memory an SM's streamed programs may buffer rows in (``num_stages=2``):
+the rest of the SM's 256 KiB of L1 and shared memory stays L1, which holds the norms'
+weights (on an H200, LayerNorm bf16 over 32768 columns reached 86% of copy bandwidth
+with one 64 KiB buffer a program and 81% with two)."""
 """Longest row (as a power of two) the persistent row kernels hold in registers:
 32768 fp32 values over 16 warps are 64 registers per thread."""
 
@@ -139,7 +145,9 @@ class RowConfig:
     streamed in ``RBLOCK``-wide chunks. ``programs_per_sm > 0`` (persistent, ``XBLOCK
     == 1``; softmax and the norms only): a *streamed* launch, a fixed grid of
     ``programs_per_sm`` programs per SM that stride over the rows and load the next
-    row before reducing the current one. ``reread`` (persistent, not streamed;
+    row before reducing the current one: into registers (``num_stages == 1``), or
+    through a shared-memory buffer, the loop's loads pipelined ``num_stages - 1`` rows
+    ahead (``num_stages >= 2``). ``reread`` (persistent, not streamed;
     softmax and the norms): the row is loaded again after each reduction instead of held in
     registers. ``maxnreg`` (None: no cap): the launch's cap on registers per thread,
     under which the compiler re-widens 16-bit rows at each use (`inductor_lite.dsl.nvptx`).
@@ -152,13 +160,16 @@ class RowConfig:
     programs_per_sm: int = 0
     reread: bool = False
     maxnreg: Optional[int] = None
+    num_stages: int = 1
 
     def __str__(self) -> str:
         """``4x1024 w4`` (persistent: XBLOCK x RBLOCK), ``1x16384 w4 reread``, ``loop
-        4096 w8``, ``stream 16384 w16 2/SM``; `` r64`` ends one with ``maxnreg=64``."""
+        4096 w8``, ``stream 16384 w16 2/SM`` (`` s2``: ``num_stages=2``); `` r64`` ends
+        one with ``maxnreg=64``."""
         cap = f" r{self.maxnreg}" if self.maxnreg else ""
         if self.programs_per_sm:
-            return f"stream {self.RBLOCK} w{self.num_warps} {self.programs_per_sm}/SM{cap}"
+            stages = f" s{self.num_stages}" if self.num_stages > 1 else ""
+            return f"stream {self.RBLOCK} w{self.num_warps} {self.programs_per_sm}/SM{stages}{cap}"
         blocks = f"{self.XBLOCK}x{self.RBLOCK}" if self.persistent else f"loop {self.RBLOCK}"
         return f"{blocks} w{self.num_warps}{' reread' if self.reread else ''}{cap}"
 
@@ -321,6 +332,8 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False, reread:
             per_thread = rblock // (32 * warps)
             if 8 <= per_thread <= (64 if element_size < 4 else 32):
                 options += [RowConfig(1, rblock, warps, True, k) for k in (1, 2, 4)]
+                options += [RowConfig(1, rblock, warps, True, k, num_stages=2) for k in (1, 2)
+                            if k * rblock * element_size <= STAGED_SHARED_BYTES]
     return _unique([default] + options)
 
 
@@ -636,39 +649,52 @@ def row_argmax_looped_kernel(x_ptr, out_ptr, cols, RBLOCK: dl.constexpr):
 
 # ----------------------------------------------------------------------------- streamed row kernels
 # As the persistent kernels with XBLOCK = 1, on a grid (P,) of P <= rows programs:
-# program p takes rows p, p + P, ... and issues the load of its next row before the
-# reductions of the current one, so the memory stays busy while the row is reduced
-# (software pipelining, by hand, of the row loop). The last row's "next" load is
-# clamped to the last row: a spare read instead of a mask.
+# program p takes rows p, p + P, ... and has its next row in flight while it reduces
+# the current one, so the memory stays busy meanwhile (software pipelining of the row
+# loop). PREFETCH: by hand, into registers, loading the next row before the current
+# one's reductions; the last row's "next" load is clamped to the last row, a spare
+# read instead of a mask. Otherwise the loop loads its own row, and the launch's
+# num_stages >= 2 has the compiler stream it through shared memory.
 # NO_MASK: cols == RBLOCK.
 
 
 @dl.kernel
-def softmax_streamed_kernel(x_ptr, out_ptr, rows, cols, RBLOCK: dl.constexpr, NO_MASK: dl.constexpr):
+def softmax_streamed_kernel(x_ptr, out_ptr, rows, cols, RBLOCK: dl.constexpr, NO_MASK: dl.constexpr,
+                            PREFETCH: dl.constexpr):
     """As `softmax_kernel`, programs striding over the rows; grid (P,), P <= rows."""
     pid, step = dl.program_id(0), dl.num_programs(0)
     col = dl.arange(0, RBLOCK)
     cmask = None if NO_MASK else col < cols
     pad = None if NO_MASK else float("-inf")
-    x = dl.load(x_ptr + pid * cols + col, mask=cmask, other=pad)
+    if PREFETCH:
+        x = dl.load(x_ptr + pid * cols + col, mask=cmask, other=pad)
     for row in range(pid, rows, step):
-        x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask, other=pad)
+        if PREFETCH:
+            x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask, other=pad)
+        else:
+            x = dl.load(x_ptr + row * cols + col, mask=cmask, other=pad)
         xf = x.to(dl.float32)
         e = dl.exp2((xf - dl.max(xf, 0)) * _LOG2E)
         dl.store(out_ptr + row * cols + col, e * (1.0 / dl.sum(e, 0)), mask=cmask)
-        x = x_next
+        if PREFETCH:
+            x = x_next
 
 
 @dl.kernel
 def layer_norm_streamed_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, RBLOCK: dl.constexpr,
-                               NO_MASK: dl.constexpr, WELFORD: dl.constexpr):
+                               NO_MASK: dl.constexpr, WELFORD: dl.constexpr, PREFETCH: dl.constexpr):
     """As `layer_norm_kernel`, programs striding over the rows; grid (P,), P <= rows."""
     pid, step = dl.program_id(0), dl.num_programs(0)
     col = dl.arange(0, RBLOCK)
     cmask = None if NO_MASK else col < cols
-    x = dl.load(x_ptr + pid * cols + col, mask=cmask, cache_modifier=".cg")
+    if PREFETCH:
+        x = dl.load(x_ptr + pid * cols + col, mask=cmask, cache_modifier=".cg")
     for row in range(pid, rows, step):
-        x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask, cache_modifier=".cg")
+        if PREFETCH:
+            x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask,
+                             cache_modifier=".cg")
+        else:
+            x = dl.load(x_ptr + row * cols + col, mask=cmask)
         xf = x.to(dl.float32)
         if WELFORD:
             mean, m2, _ = dl.welford(xf, 0.0, 1.0 if NO_MASK else cmask, 0)
@@ -682,23 +708,31 @@ def layer_norm_streamed_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, RB
         w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
         b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
         dl.store(out_ptr + row * cols + col, d * rstd * w + b, mask=cmask)
-        x = x_next
+        if PREFETCH:
+            x = x_next
 
 
 @dl.kernel
-def rms_norm_streamed_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, RBLOCK: dl.constexpr, NO_MASK: dl.constexpr):
+def rms_norm_streamed_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, RBLOCK: dl.constexpr, NO_MASK: dl.constexpr,
+                             PREFETCH: dl.constexpr):
     """As `rms_norm_kernel`, programs striding over the rows; grid (P,), P <= rows."""
     pid, step = dl.program_id(0), dl.num_programs(0)
     col = dl.arange(0, RBLOCK)
     cmask = None if NO_MASK else col < cols
-    x = dl.load(x_ptr + pid * cols + col, mask=cmask, cache_modifier=".cg")
+    if PREFETCH:
+        x = dl.load(x_ptr + pid * cols + col, mask=cmask, cache_modifier=".cg")
     for row in range(pid, rows, step):
-        x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask, cache_modifier=".cg")
+        if PREFETCH:
+            x_next = dl.load(x_ptr + dl.minimum(row + step, rows - 1) * cols + col, mask=cmask,
+                             cache_modifier=".cg")
+        else:
+            x = dl.load(x_ptr + row * cols + col, mask=cmask)
         xf = x.to(dl.float32)
         rstd = dl.rsqrt(dl.sum(xf * xf, 0) * (1.0 / cols) + eps)
         w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
         dl.store(out_ptr + row * cols + col, xf * rstd * w, mask=cmask)
-        x = x_next
+        if PREFETCH:
+            x = x_next
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -754,6 +788,8 @@ def _row_config(config: RowConfig, cols: int, streamed: bool = False, reread: bo
         raise ValueError(f"looped or streamed config {config} must have XBLOCK == 1")
     if config.programs_per_sm and not (streamed and config.persistent):
         raise ValueError(f"config {config}: only persistent softmax, layer_norm and rms_norm configs can stream")
+    if config.num_stages != 1 and not config.programs_per_sm:
+        raise ValueError(f"config {config}: only streamed configs take num_stages > 1")
     if config.reread and not (reread and config.persistent and not config.programs_per_sm):
         raise ValueError(f"config {config}: only persistent, unstreamed softmax, layer_norm and rms_norm "
                          "configs can re-read")
@@ -782,7 +818,8 @@ def _launch_rows(persistent_kernel, looped_kernel, config: RowConfig, rows: int,
     if config.programs_per_sm:
         grid = (min(rows, config.programs_per_sm * _sm_count(tensors[0].device)),)
         streamed_kernel[grid](*tensors, rows, cols, *scalars, RBLOCK=config.RBLOCK, NO_MASK=cols == config.RBLOCK,
-                              num_warps=config.num_warps, maxnreg=config.maxnreg, **constexprs)
+                              PREFETCH=config.num_stages == 1, num_warps=config.num_warps,
+                              num_stages=config.num_stages, maxnreg=config.maxnreg, **constexprs)
     elif config.persistent:
         grid = (dl.cdiv(rows, config.XBLOCK),)
         no_mask = cols == config.RBLOCK and rows % config.XBLOCK == 0

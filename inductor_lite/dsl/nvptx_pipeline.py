@@ -3,14 +3,24 @@
 With ``num_stages = S >= 2`` (sm_80 and newer), a load in a loop body whose pointer
 and mask are computed from the induction variable and from values defined before the
 loop is issued S - 1 iterations ahead, as asynchronous copies from global into
-shared memory (``cp.async``), into a ring of S buffers:
+shared memory (``cp.async``), into a ring of S - 1 buffers:
 
 - before the loop, the copies of the first S - 1 iterations are issued, one commit
   group per iteration;
-- each iteration issues the copies of iteration i + S - 1 into the buffer that
-  iteration i - 1 read, commits them, and waits until at most S - 1 groups are
-  pending, so that iteration i's copies have landed;
-- where the load was, the values are read back from shared memory.
+- each iteration waits until at most S - 2 groups are pending, so that its own
+  copies have landed;
+- where the load was, the values are read back from shared memory into registers;
+- right after the loop's last pipelined read, the copies of iteration i + S - 1 are
+  issued into the buffer just read, and committed.
+
+So S = 2 needs one buffer: the next iteration's data is in flight, in shared memory,
+from this iteration's read until the next one's. (Triton's pipeliner keeps S buffers
+and refills at the top of the body; refilling after the read halves what S = 2 takes,
+which on long rows is what lets two programs share an SM.)
+
+Loads of one address (the same pointer and mask computation) in one iteration, with no
+store or atomic between them, share one buffer: the later ones issue no copies and
+read the earlier one's slots again (the refill then waits for the last of them).
 
 A thread's copies land in slots that only that thread reads back (the slots follow
 the load's layout), and ``cp.async.wait_group`` makes a thread's own copies visible
@@ -32,6 +42,7 @@ drop them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -66,7 +77,8 @@ class PipelinedLoad:
 
     ``vec``: elements one copy moves (``copy_bytes`` bytes); ``offset``: byte offset of
     its stage-0 buffer in the pipeline region; ``stage_bytes``: bytes of one stage (a
-    copy slot per thread per access group).
+    copy slot per thread per access group). ``issued`` False: a repeat of an earlier
+    load of the loop, whose buffer it reads and whose copies it does not issue again.
     """
 
     op: ir.Op
@@ -75,6 +87,7 @@ class PipelinedLoad:
     copy_bytes: int
     offset: int
     stage_bytes: int
+    issued: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,8 +103,8 @@ def plan_pipelines(fn: ir.Function, plan, axis: dict, num_stages: int, num_warps
                    cc: tuple[int, int]) -> tuple[dict[int, LoopPipeline], int]:
     """Which loads of ``fn`` to pipeline: ``({id(for op): LoopPipeline}, region bytes)``.
 
-    The region (all loops' ``num_stages`` buffers, side by side) starts at byte 0 of the
-    kernel's shared memory. Nothing is pipelined for ``num_stages < 2`` or before sm_80.
+    The region (all loops' ``num_stages - 1`` buffers, side by side) starts at byte 0 of
+    the kernel's shared memory. Nothing is pipelined for ``num_stages < 2`` or before sm_80.
     """
     if num_stages < 2 or tuple(cc) < (8, 0):
         return {}, 0
@@ -102,6 +115,9 @@ def plan_pipelines(fn: ir.Function, plan, axis: dict, num_stages: int, num_warps
         if op.opcode != "for" or _has_atomic(op):
             continue
         loads, address_ops = [], set()
+        buffers: dict[tuple, PipelinedLoad] = {}  # address key -> the load that issues its copies
+        body = op.attrs["body"].ops
+        producers = {r.id: o for o in body for r in o.results}
         for load, needed in _candidates(op, axis):
             layout = plan.placed(load.result)
             if layout is None:
@@ -112,14 +128,42 @@ def plan_pipelines(fn: ir.Function, plan, axis: dict, num_stages: int, num_warps
             copy_bytes = vec * element_bytes(load.result.type.element)
             if copy_bytes not in COPY_BYTES:
                 continue
+            key = (_address_key(load.operands[0], producers), _address_key(mask, producers), layout, vec)
+            first = buffers.get(key)
+            if first is not None and not _writes_between(body, first.op, load):
+                loads.append(dataclasses.replace(first, op=load, issued=False))
+                continue
             stage_bytes = dist.num_regs // vec * threads * copy_bytes
-            loads.append(PipelinedLoad(load, layout, vec, copy_bytes, offset, stage_bytes))
-            offset += num_stages * stage_bytes
+            buffers[key] = PipelinedLoad(load, layout, vec, copy_bytes, offset, stage_bytes)
+            loads.append(buffers[key])
+            offset += (num_stages - 1) * stage_bytes
             address_ops |= needed
         if loads:
             ordered = tuple(o for o in op.attrs["body"].ops if id(o) in address_ops)
             pipelines[id(op)] = LoopPipeline(tuple(loads), ordered)
     return pipelines, offset
+
+
+def _address_key(value, producers: dict[int, ir.Op]):
+    """A key equal for two pointer (or mask) values of one loop body that the same
+    computation produces: the computation's ops (pure, see `_ADDRESS_OPS`; ``producers``
+    maps the ids of the body's values to their ops) spelled out down to values defined
+    outside the body, which stand for themselves."""
+    if value is None:
+        return None
+    producer = producers.get(value.id)
+    if producer is None:
+        return ("value", value.id)
+    attrs = tuple(sorted((k, repr(v)) for k, v in producer.attrs.items()))
+    return (producer.opcode, attrs, repr(value.type), tuple(_address_key(v, producers) for v in producer.operands))
+
+
+def _writes_between(body: list[ir.Op], first: ir.Op, later: ir.Op) -> bool:
+    """Whether an op of ``body`` after ``first`` and before ``later`` (nested loops
+    included) stores or is atomic, so ``later`` may read what ``first`` did not."""
+    start, end = body.index(first), body.index(later)
+    return any(o.opcode in ("store", "atomic") for op in body[start + 1:end]
+               for o in ([op] + (list(op.attrs["body"].walk()) if op.opcode == "for" else [])))
 
 
 def _has_atomic(loop: ir.Op) -> bool:
@@ -204,6 +248,8 @@ class PipelineCodegen:
         for op in pipe.address_ops:
             self.lower_op(op)
         for load in pipe.loads:
+            if not load.issued:
+                continue
             op = load.op
             mask = mask_operand(self.axis, op.operands[1] if len(op.operands) > 1 else None)
             ptrs = self.regs(op.operands[0], load.layout)
@@ -220,8 +266,9 @@ class PipelineCodegen:
         self._commit()
 
     def pipeline_read(self, op: ir.Op, layout: Layout) -> list[llir.Value]:
-        """Registers of pipelined load ``op`` in the current iteration, from shared memory."""
-        load, stage = self._pipelined[id(op)]
+        """Registers of pipelined load ``op`` in the current iteration, from shared memory;
+        after the loop's last pipelined read, the refill of the buffers."""
+        load, stage, refill = self._pipelined[id(op)]
         if layout != load.layout:
             raise AssertionError(f"internal: pipelined {op.result!r} read in {layout!r}, planned {load.layout!r}")
         elem = op.result.type.element
@@ -245,6 +292,8 @@ class PipelineCodegen:
             preds = self.regs(mask, layout)
             others = self.regs(op.operands[2], layout)
             out = [self.b.select(p, x, o) for p, x, o in zip(preds, out, others)]
+        if refill is not None:
+            refill()
         return out
 
     def _zero_filled(self, other: ir.Value) -> bool:
@@ -252,7 +301,8 @@ class PipelineCodegen:
         return self._is_constant(other, 0.0) and math.copysign(1.0, self.defs[other.id].attrs["value"]) > 0
 
     def lower_pipelined_for(self, op: ir.Op, pipe: LoopPipeline, lower_loop) -> None:
-        """Lower ``for`` op ``op`` with its loads pipelined through ``num_stages`` buffers.
+        """Lower ``for`` op ``op`` with its loads pipelined ``num_stages - 1`` iterations
+        ahead through as many buffers.
 
         ``lower_loop(prologue, body_start, next_stage)`` is the plain loop lowering, with
         hooks: ``prologue(lb, ub, step)`` runs before the loop, ``body_start(iv, stage,
@@ -260,35 +310,36 @@ class PipelineCodegen:
         iteration reads), ``next_stage(stage)`` in the latch, returning the phi's next
         value.
         """
-        stages = self.num_stages
+        ahead = self.num_stages - 1  # iterations in flight, and buffers
         iv = op.attrs["iv"]
 
         def wide(x: llir.Value) -> llir.Value:
             return x if x.type == I64 else self.b.sext(x, I64)
 
-        def exists(iv_value, ahead: int, ub, step) -> tuple[llir.Value, llir.Value]:
-            """The induction variable ``ahead`` iterations on, and whether that iteration
+        def exists(iv_value, later: int, ub, step) -> tuple[llir.Value, llir.Value]:
+            """The induction variable ``later`` iterations on, and whether that iteration
             runs. In 64 bits, so that looking past the end of an int32 range cannot wrap."""
-            later = self.b.add(wide(iv_value), self.b.mul(wide(step), llir.Constant(I64, ahead)))
-            value = self.b.add(iv_value, self.b.mul(step, llir.Constant(step.type, ahead)))
-            return value, self.b.icmp_signed("<", later, wide(ub))
+            wide_value = self.b.add(wide(iv_value), self.b.mul(wide(step), llir.Constant(I64, later)))
+            value = self.b.add(iv_value, self.b.mul(step, llir.Constant(step.type, later)))
+            return value, self.b.icmp_signed("<", wide_value, wide(ub))
 
         def prologue(lb, ub, step):
-            for k in range(stages - 1):
+            for k in range(ahead):
                 value, valid = exists(lb, k, ub, step)
                 self.pipeline_issue(pipe, iv, value, valid, llir.Constant(I32, k))
 
         def body_start(iv_value, stage, ub, step):
+            def refill():
+                value, valid = exists(iv_value, ahead, ub, step)
+                self.pipeline_issue(pipe, iv, value, valid, stage)
+
+            last = pipe.loads[-1].op
             for load in pipe.loads:
-                self._pipelined[id(load.op)] = (load, stage)
-            value, valid = exists(iv_value, stages - 1, ub, step)
-            last = self.b.icmp_unsigned("==", stage, llir.Constant(I32, 0))
-            refill = self.b.select(last, llir.Constant(I32, stages - 1), self.b.sub(stage, llir.Constant(I32, 1)))
-            self.pipeline_issue(pipe, iv, value, valid, refill)
-            self._wait(stages - 1)
+                self._pipelined[id(load.op)] = (load, stage, refill if load.op is last else None)
+            self._wait(ahead - 1)
 
         def next_stage(stage):
-            wrap = self.b.icmp_unsigned("==", stage, llir.Constant(I32, stages - 1))
+            wrap = self.b.icmp_unsigned("==", stage, llir.Constant(I32, ahead - 1))
             return self.b.select(wrap, llir.Constant(I32, 0), self.b.add(stage, llir.Constant(I32, 1)))
 
         lower_loop(prologue, body_start, next_stage)
