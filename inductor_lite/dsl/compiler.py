@@ -111,8 +111,8 @@ def _check_lowerable(module: llvm.ModuleRef, name: str) -> None:
 def compile_ptx(fn: ir.Function, *, cc: tuple[int, int], num_warps: int, num_stages: int = 1,
                 maxnreg: Optional[int] = None) -> CompiledPTX:
     """Compile ``fn`` to PTX for compute capability ``cc`` and ``num_warps`` warps;
-    ``num_stages >= 2`` pipelines the loads of ``for`` loops that many stages deep
-    (`nvptx_pipeline`; sm_80+); ``maxnreg`` caps the registers per thread (PTX
+    ``num_stages >= 2`` pipelines the loads of ``for`` loops ``num_stages - 1``
+    iterations ahead through shared memory (`nvptx_pipeline`; sm_80+); ``maxnreg`` caps the registers per thread (PTX
     ``.maxnreg``, which ptxas meets by spilling if it must; `nvptx` rematerialises
     widened half loads under a cap).
 

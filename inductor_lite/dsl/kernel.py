@@ -231,9 +231,10 @@ class Kernel:
             num_stages: int = 1, maxnreg: Optional[int] = None) -> None:
         """Validate, resolve the grid (``grid(meta)`` with ``meta = dict(constexprs,
         num_warps=..., num_stages=...)`` when callable) and run the kernel on the tensors'
-        device. ``num_stages`` (Triton's name) pipelines the loads of ``for`` loops that
-        many stages deep on the GPU (`nvptx_pipeline`); ``maxnreg`` (Triton's name; None:
-        no cap) caps the registers a thread may use on the GPU, in [16, 255] (`nvptx`).
+        device. ``num_stages`` (Triton's name) pipelines the loads of ``for`` loops
+        ``num_stages - 1`` iterations ahead on the GPU (`nvptx_pipeline`); ``maxnreg``
+        (Triton's name; None: no cap) caps the registers a thread may use on the GPU, in
+        [16, 255] (`nvptx`).
         Neither changes results.
 
         Raises:
