@@ -545,6 +545,19 @@ def test_common_reductions_need_no_layout_conversion():
     assert out.shared_bytes > 0 and "bar.sync" in out.ptx
 
 
+@pytest.mark.parametrize("num_warps, warp_shuffles", [(4, 0), (8, 3), (16, 4), (32, 5)])
+def test_warp_partials_combine_by_lane_shuffles_from_8_warps(num_warps, warp_shuffles):
+    """One row's sum, max and argmax (4 state values) over ``num_warps`` warps: 5 lane
+    shuffles each, then, from 8 warps on, lane i takes warp i's partial and log2(warps)
+    more shuffles combine them (one shared load a value); below, each thread loads every
+    partial and combines them itself."""
+    case = dataclasses.replace(_CASES_BY_NAME["wide_row_1000_w4"], num_warps=num_warps)
+    ptx = _compile_case(case, (9, 0)).ptx
+    assert ptx.count("shfl.sync.bfly") == 4 * (5 + warp_shuffles)
+    loads = re.findall(r"ld\.shared(\.v\d)?", ptx)
+    assert (len(loads) == 4 and not any(loads)) if warp_shuffles else sum(int(v[2:]) if v else 1 for v in loads) == 4 * 4
+
+
 NUM_WARPS = [1, 2, 4, 8, 16, 32]
 WARPS_CASES = ["add_torch.float32_1000", "copy_aligned_torch.float16", "softmax_torch.float16_5x17",
                "row_sum_looped", "wide_row_1000_w4", "row_argmin_float", "layernorm_welford_torch.float32_37x100",
