@@ -365,6 +365,18 @@ def softmax_row_loop_kernel(x_ptr, out_ptr, rows, cols, RBLOCK: dl.constexpr):
 
 
 @dl.kernel
+def chunk_max_loop_kernel(x_ptr, out_ptr, n, RBLOCK: dl.constexpr):
+    # A mask that moves with the loop and a nonzero `other`: pipelined, the next chunk's
+    # copies must use the next chunk's offsets, not this one's.
+    col = dl.arange(0, RBLOCK)
+    acc = dl.full([RBLOCK], float("-inf"), dl.float32)
+    for start in range(0, n, RBLOCK):
+        c = start + col
+        acc = dl.maximum(acc, dl.load(x_ptr + c, mask=c < n, other=float("-inf")))
+    dl.store(out_ptr, dl.max(acc, 0))
+
+
+@dl.kernel
 def layernorm_row_loop_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, RBLOCK: dl.constexpr):
     # Programs stride over rows; the row is loaded twice, before and after its
     # reductions (pipelined, the second load reads the first one's buffer again).
@@ -769,6 +781,11 @@ def _misc_cases(c: _Builder) -> None:
         want = torch.softmax(x.double(), -1).to(dtype)
         c.add(f"softmax_row_loop_{dtype}_{rows}x{cols}", softmax_row_loop_kernel, (x, None, rows, cols),
               {"RBLOCK": rblock}, (programs,), {1: want})
+    for n, rblock in [(1000, 128), (4000, 512)]:
+        x = c.randn(n)
+        x[n - 10] = 100.0  # the maximum sits in the last chunk
+        c.add(f"chunk_max_loop_{n}", chunk_max_loop_kernel, (x, None, n),
+              {"RBLOCK": rblock}, (1,), {1: x.max().reshape(1)}, exact=True)
     for dtype, rows, cols, rblock, programs in [(torch.float32, 11, 304, 512, 4), (torch.bfloat16, 6, 1000, 1024, 4)]:
         x = c.randn(rows, cols, dtype=dtype, scale=2.0)
         w, b = c.randn(cols, dtype=dtype), c.randn(cols, dtype=dtype)

@@ -24,7 +24,9 @@ read the earlier one's slots again (the refill then waits for the last of them).
 
 A thread's copies land in slots that only that thread reads back (the slots follow
 the load's layout), and ``cp.async.wait_group`` makes a thread's own copies visible
-to it, so no barrier is needed. In flight, a load holds shared memory instead of
+to it, so no barrier is needed. A refill follows the thread's own reads of the slots
+it overwrites in program order; its data arrives from global memory long after they
+have completed. In flight, a load holds shared memory instead of
 registers, which is what lets a program keep the next rows in flight while it
 computes on this one. This is the effect of Triton's ``num_stages`` for loops (its
 loop pipeliner, which also streams loads through ``cp.async`` into multi-buffered
@@ -118,6 +120,7 @@ def plan_pipelines(fn: ir.Function, plan, axis: dict, num_stages: int, num_warps
         buffers: dict[tuple, PipelinedLoad] = {}  # address key -> the load that issues its copies
         body = op.attrs["body"].ops
         producers = {r.id: o for o in body for r in o.results}
+        memo: dict[int, tuple] = {}
         for load, needed in _candidates(op, axis):
             layout = plan.placed(load.result)
             if layout is None:
@@ -128,7 +131,8 @@ def plan_pipelines(fn: ir.Function, plan, axis: dict, num_stages: int, num_warps
             copy_bytes = vec * element_bytes(load.result.type.element)
             if copy_bytes not in COPY_BYTES:
                 continue
-            key = (_address_key(load.operands[0], producers), _address_key(mask, producers), layout, vec)
+            key = (_address_key(load.operands[0], producers, memo), _address_key(mask, producers, memo),
+                   layout, vec)
             first = buffers.get(key)
             if first is not None and not _writes_between(body, first.op, load):
                 loads.append(dataclasses.replace(first, op=load, issued=False))
@@ -144,18 +148,23 @@ def plan_pipelines(fn: ir.Function, plan, axis: dict, num_stages: int, num_warps
     return pipelines, offset
 
 
-def _address_key(value, producers: dict[int, ir.Op]):
+def _address_key(value, producers: dict[int, ir.Op], memo: dict[int, tuple]):
     """A key equal for two pointer (or mask) values of one loop body that the same
     computation produces: the computation's ops (pure, see `_ADDRESS_OPS`; ``producers``
     maps the ids of the body's values to their ops) spelled out down to values defined
-    outside the body, which stand for themselves."""
+    outside the body, which stand for themselves. ``memo`` holds the keys found so far
+    (by value id): a value shared by several addresses is spelled out once."""
     if value is None:
         return None
-    producer = producers.get(value.id)
-    if producer is None:
-        return ("value", value.id)
-    attrs = tuple(sorted((k, repr(v)) for k, v in producer.attrs.items()))
-    return (producer.opcode, attrs, repr(value.type), tuple(_address_key(v, producers) for v in producer.operands))
+    if value.id not in memo:
+        producer = producers.get(value.id)
+        if producer is None:
+            memo[value.id] = ("value", value.id)
+        else:
+            attrs = tuple(sorted((k, repr(v)) for k, v in producer.attrs.items()))
+            operands = tuple(_address_key(v, producers, memo) for v in producer.operands)
+            memo[value.id] = (producer.opcode, attrs, repr(value.type), operands)
+    return memo[value.id]
 
 
 def _writes_between(body: list[ir.Op], first: ir.Op, later: ir.Op) -> bool:
@@ -240,10 +249,16 @@ class PipelineCodegen:
         return self.b.gep(base, [llir.Constant(I32, step)], source_etype=I8) if step else base
 
     def pipeline_issue(self, pipe: LoopPipeline, iv: ir.Value, iv_value: llir.Value, valid: llir.Value,
-                       stage: llir.Value) -> None:
+                       stage: llir.Value, outer_scopes: int) -> None:
         """Issue the copies of the iteration whose induction variable is ``iv_value``
-        (i1 ``valid``: it exists) into ``stage``'s buffers, and commit them as a group."""
-        self.scopes.append({})
+        (i1 ``valid``: it exists) into ``stage``'s buffers, and commit them as a group.
+
+        The addresses are evaluated in a scope that sees only the ``outer_scopes``
+        scopes from before the loop: the body's scope holds this iteration's values
+        (values computed on first use, such as an offset or a mask, are cached there),
+        which the later iteration's addresses must not reuse."""
+        body_scopes = self.scopes
+        self.scopes = body_scopes[:outer_scopes] + [{}]
         self.bind_scalar(iv, iv_value)
         for op in pipe.address_ops:
             self.lower_op(op)
@@ -262,7 +277,7 @@ class PipelineCodegen:
                 self._asm(f"cp.async.{kind}.shared.global [$0], [$1], {load.copy_bytes}, $2;", "l,l,r",
                           [self._group_slot(base, load, group), ptrs[reg],
                            self.b.select(ok, size, llir.Constant(I32, 0))])
-        self.scopes.pop()
+        self.scopes = body_scopes
         self._commit()
 
     def pipeline_read(self, op: ir.Op, layout: Layout) -> list[llir.Value]:
@@ -312,6 +327,7 @@ class PipelineCodegen:
         """
         ahead = self.num_stages - 1  # iterations in flight, and buffers
         iv = op.attrs["iv"]
+        outer_scopes = len(self.scopes)  # the body's scope comes on top of these
 
         def wide(x: llir.Value) -> llir.Value:
             return x if x.type == I64 else self.b.sext(x, I64)
@@ -326,12 +342,12 @@ class PipelineCodegen:
         def prologue(lb, ub, step):
             for k in range(ahead):
                 value, valid = exists(lb, k, ub, step)
-                self.pipeline_issue(pipe, iv, value, valid, llir.Constant(I32, k))
+                self.pipeline_issue(pipe, iv, value, valid, llir.Constant(I32, k), outer_scopes)
 
         def body_start(iv_value, stage, ub, step):
             def refill():
                 value, valid = exists(iv_value, ahead, ub, step)
-                self.pipeline_issue(pipe, iv, value, valid, stage)
+                self.pipeline_issue(pipe, iv, value, valid, stage, outer_scopes)
 
             last = pipe.loads[-1].op
             for load in pipe.loads:
