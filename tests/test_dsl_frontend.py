@@ -206,6 +206,24 @@ def test_static_range_unrolls_and_constexpr_if_folds():
     assert out.tolist() == [6] * 4
 
 
+@dl.kernel
+def picked_loop_kernel(out_ptr, n, UNROLL: dl.constexpr):
+    acc = dl.zeros([4], dl.int32)
+    for i in (dl.static_range(3) if UNROLL else range(n)):
+        acc = acc + i
+    dl.store(out_ptr + dl.arange(0, 4), acc)
+
+
+def test_a_constexpr_picks_the_loop_kind():
+    """``range(...) if FLAG else dl.static_range(...)``: one body, unrolled or an IR loop."""
+    assert not ops(build(picked_loop_kernel, {"out_ptr": "*i32", "n": "i32"}, UNROLL=True), "for")
+    assert len(ops(build(picked_loop_kernel, {"out_ptr": "*i32", "n": "i32"}, UNROLL=False), "for")) == 1
+    for unroll, want in ((True, 3), (False, 10)):
+        out = torch.zeros(4, dtype=torch.int32)
+        picked_loop_kernel[(1,)](out, 5, UNROLL=unroll)
+        assert out.tolist() == [want] * 4
+
+
 def test_specialization_rules_and_key():
     aligned = torch.randn(64)
     spec = dsl_corpus.copy_kernel.specialize((aligned, aligned[1:], 32), {"BLOCK": 16})
@@ -345,6 +363,8 @@ ERRORS = {
     "bad_builtin_kwarg": ("y = dl.exp(z=1.0)", r"dl.exp\(\)"),
     "static_range_misuse": ("y = dl.static_range(3)", "only be the iterator"),
     "range_float_bound": ("for i in range(1.5):\n        pass", "range bounds must be integer scalars"),
+    "runtime_loop_pick": ("for i in (range(3) if n > 1 else range(4)):\n        pass",
+                          "the condition that picks a loop's iterator must be a constexpr"),
     "literal_out_of_range": ("y = n + 2**70", "does not fit in int64"),
     "cast_pointer": ("y = dl.load(x_ptr.to(dl.int32))", "not defined on pointers"),
     "assert_false": ("assert 1 == 2, 'nope'", "assertion failed: nope"),

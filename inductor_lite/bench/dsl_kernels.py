@@ -384,16 +384,19 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, rows, cols, row_blocks, col_block
     pid = dl.program_id(0)
     if STREAMED:
         cb, first, step = pid % col_blocks, pid // col_blocks, dl.num_programs(0) // col_blocks
+        trips = dl.cdiv(row_blocks - first, step)
     else:
         fast_blocks = row_blocks if ROWS_FASTEST else col_blocks
         slow, fast = pid // fast_blocks, pid % fast_blocks
         first, cb = (fast, slow) if ROWS_FASTEST else (slow, fast)
-        step = row_blocks  # one trip
+        step = 0
     col = cb * XBLOCK + c
     cmask = None if NO_MASK else col < cols
     bias = dl.load(bias_ptr + col, mask=cmask).to(dl.float32)
-    for rb in range(first, row_blocks, step):
-        row = rb * YBLOCK + r
+    # One tile: straight-line code, which ran 0.2-0.8% faster in fp32 on an H200 than a
+    # loop of one trip (the loads are scheduled with the rest of the program).
+    for trip in (range(trips) if STREAMED else dl.static_range(1)):
+        row = (first + trip * step) * YBLOCK + r
         mask = None if NO_MASK else (row < rows) & cmask
         h = dl.load(x_ptr + row * cols + col, mask=mask).to(dl.float32) + bias
         # t = 1 / (1 + |h| / (2 sqrt 2)): one MUFU.RCP, where an IEEE division is ~8 instructions.

@@ -12,6 +12,8 @@ Control flow:
 - ``if``/``a if c else b``/``assert`` need a compile-time condition and are resolved
   while compiling.
 - ``for i in dl.static_range(...)`` is unrolled; ``i`` is a constexpr in the body.
+- ``for i in (range(...) if FLAG else dl.static_range(...))``: a compile-time ``FLAG``
+  picks the loop's kind, so one body serves a runtime loop and an unrolled one.
 - ``for i in range(lb, ub, step)`` becomes an IR ``for`` op. Loop-carried variables are
   the names assigned in the body that were defined before the loop; names first
   assigned in the body are local to it. A carried variable must keep its type, except
@@ -293,6 +295,11 @@ class _CodeGenerator:
         if node.orelse:
             raise self._error(node, "`for ... else` is not supported")
         it = node.iter
+        if isinstance(it, ast.IfExp):
+            choice = self.visit(it.test)
+            if isinstance(choice, Tensor):
+                raise self._error(node, "the condition that picks a loop's iterator must be a constexpr")
+            it = it.body if choice else it.orelse
         func = self.visit(it.func) if isinstance(it, ast.Call) else None
         if func is not range and func is not language.static_range:
             raise self._error(node, "a for loop must iterate over range(...) or dl.static_range(...)")
