@@ -57,6 +57,9 @@ from inductor_lite.runtime.timing import l2_bytes, rotation_sets
 PERSISTENT_MAX_RBLOCK = 32768
 """Longest row (as a power of two) the persistent row kernels hold in registers:
 32768 fp32 values over 16 warps are 64 registers per thread."""
+EARLY_WEIGHTS_MAX = 16
+"""Most row values a thread may hold for a norm to load its weights with the row
+(`_norm_constexprs`)."""
 STAGED_SHARED_BYTES = 160 * 1024
 """Most shared memory an SM's streamed programs may buffer rows in (``num_stages=2``).
 Deeper buffering did not pay: on an H200, LayerNorm bf16 over 32768 columns reached
@@ -451,7 +454,8 @@ def softmax_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.
 
 @dl.kernel
 def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr,
-                      RBLOCK: dl.constexpr, NO_MASK: dl.constexpr, REREAD: dl.constexpr, WELFORD: dl.constexpr):
+                      RBLOCK: dl.constexpr, NO_MASK: dl.constexpr, REREAD: dl.constexpr, WELFORD: dl.constexpr,
+                      EARLY_WEIGHTS: dl.constexpr):
     """out = layer_norm(x) * w + b over the last dim, x and out (rows, cols), w and b
     (cols,); grid (cdiv(rows, XBLOCK),)."""
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
@@ -459,6 +463,9 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.
     cmask = None if NO_MASK else col < cols
     mask = None if NO_MASK else (row < rows) & cmask
     offs = row * cols + col
+    if EARLY_WEIGHTS:
+        w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last")
+        b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last")
     x = dl.load(x_ptr + offs, mask=mask, cache_modifier="" if REREAD else ".cg",
                 eviction_policy="evict_last" if REREAD else "").to(dl.float32)
     if WELFORD:
@@ -477,14 +484,15 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.
         if REREAD:
             d = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first").to(dl.float32) - mean
     rstd = dl.rsqrt(m2 * (1.0 / cols) + eps)
-    w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
-    b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
-    dl.store(out_ptr + offs, d * rstd * w + b, mask=mask)
+    if not EARLY_WEIGHTS:
+        w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last")
+        b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last")
+    dl.store(out_ptr + offs, d * rstd * w.to(dl.float32) + b.to(dl.float32), mask=mask)
 
 
 @dl.kernel
 def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr,
-                    NO_MASK: dl.constexpr, REREAD: dl.constexpr):
+                    NO_MASK: dl.constexpr, REREAD: dl.constexpr, EARLY_WEIGHTS: dl.constexpr):
     """out = x * rsqrt(mean(x**2, -1) + eps) * w, x and out (rows, cols), w (cols,);
     grid (cdiv(rows, XBLOCK),)."""
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
@@ -492,13 +500,16 @@ def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr
     cmask = None if NO_MASK else col < cols
     mask = None if NO_MASK else (row < rows) & cmask
     offs = row * cols + col
+    if EARLY_WEIGHTS:
+        w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last")
     x = dl.load(x_ptr + offs, mask=mask, cache_modifier="" if REREAD else ".cg",
                 eviction_policy="evict_last" if REREAD else "").to(dl.float32)
     rstd = dl.rsqrt(dl.sum(x * x, 1) * (1.0 / cols) + eps)[:, None]
     if REREAD:
         x = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first").to(dl.float32)
-    w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
-    dl.store(out_ptr + offs, x * rstd * w, mask=mask)
+    if not EARLY_WEIGHTS:
+        w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last")
+    dl.store(out_ptr + offs, x * rstd * w.to(dl.float32), mask=mask)
 
 
 @dl.kernel
@@ -809,6 +820,17 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def _norm_constexprs(config: RowConfig) -> dict:
+    """REREAD and EARLY_WEIGHTS of a persistent norm launch. The weights are loaded
+    with the row, not after its reductions, where a thread holds at most
+    `EARLY_WEIGHTS_MAX` row values and the config is not ``reread`` (which is there to
+    save registers): their latency then overlaps the row's instead of following the
+    reductions. On an H200, RMSNorm fp32 over 2048 columns (8 warps) went from 98.4%
+    to 99.5% of copy bandwidth, over 1024 (4 warps) from 99.0% to 99.5%."""
+    per_thread = config.XBLOCK * config.RBLOCK // (32 * config.num_warps)
+    return {"REREAD": config.reread, "EARLY_WEIGHTS": not config.reread and per_thread <= EARLY_WEIGHTS_MAX}
+
+
 def _launch_rows(persistent_kernel, looped_kernel, config: RowConfig, rows: int, cols: int,
                  tensors: tuple, scalars: tuple = (), streamed_kernel=None,
                  persistent_constexprs: Optional[dict] = None, constexprs: Optional[dict] = None) -> None:
@@ -919,7 +941,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("layer_norm", x, weight, bias, eps)
     _launch_rows(layer_norm_kernel, layer_norm_looped_kernel, config, rows, cols, (x, weight, bias, out),
                  (float(eps),), streamed_kernel=layer_norm_streamed_kernel,
-                 persistent_constexprs={"REREAD": config.reread}, constexprs={"WELFORD": x.element_size() == 2})
+                 persistent_constexprs=_norm_constexprs(config), constexprs={"WELFORD": x.element_size() == 2})
     return out
 
 
@@ -937,7 +959,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     out = _output(out, x.shape, x.dtype, x.device)
     config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("rms_norm", x, weight, eps)
     _launch_rows(rms_norm_kernel, rms_norm_looped_kernel, config, rows, cols, (x, weight, out), (float(eps),),
-                 streamed_kernel=rms_norm_streamed_kernel, persistent_constexprs={"REREAD": config.reread})
+                 streamed_kernel=rms_norm_streamed_kernel, persistent_constexprs=_norm_constexprs(config))
     return out
 
 
