@@ -26,8 +26,9 @@ chunks (reading it again, from L2 if it is still there, for the output pass).
 Softmax and the norms also have *streamed* kernels for wide rows, persistent kernels
 in the CUDA sense: a grid sized to the SMs strides over the rows, each program
 loading its next row before reducing the current one (into registers, or with
-``num_stages=2`` through shared memory, `inductor_lite.dsl.nvptx_pipeline`). When every block is full (e.g. power-of-two widths) the
-launchers pass ``NO_MASK=True`` and the kernels are compiled without masks. Argmax is
+``num_stages=2`` through shared memory, `inductor_lite.dsl.nvptx_pipeline`). When
+every block is full (e.g. power-of-two widths) the launchers pass ``NO_MASK=True``
+and the kernels are compiled without masks. Argmax is
 a max reduction followed by a search for the first column holding the maximum,
 cheaper per element than a (value, index) reduction: the persistent kernel searches
 the maxima of 16-byte vectors, then one vector (`row_argmax_kernel`).
@@ -287,10 +288,14 @@ def row_candidates(cols: int, element_size: int, streamed: bool = False, reread:
     with 4 warps and 2048-column chunks with 8 from 2048 columns, 4096-column chunks
     with 8 or 16 warps from 8192. ``streamed`` (ops with a streamed kernel), from 8192
     columns: 1, 2 or 4 programs per SM of 8 to 32 warps, 8 to 32 fp32 or 8 to 64
-    half values per thread. There one or two programs fill an SM, and a program that loads its next
-    row only after reducing this one leaves the memory idle meanwhile: on an H200
-    streaming raised LayerNorm over 16384 columns from 83% to 90% of copy bandwidth
-    in fp32 and from 67% to 82% in bf16. ``reread`` (ops that reduce a row before
+    half values per thread, with the next row in registers; and 1 or 2 programs per SM
+    with the next row in shared memory (``num_stages=2``) where their buffers take at
+    most `STAGED_SHARED_BYTES`. There one or two programs fill an SM, and a program
+    that loads its next row only after reducing this one leaves the memory idle
+    meanwhile: on an H200 streaming raised LayerNorm over 16384 columns from 83% to
+    90% of copy bandwidth in fp32 and from 67% to 82% in bf16, and the shared-memory
+    form LayerNorm bf16 over 32768 columns from 75% to 85% (a 64 KiB row in flight in
+    registers spills). ``reread`` (ops that reduce a row before
     using it again), from 4096 columns: one row per program re-read after each
     reduction, 4 to 16 warps, 16 to 128 values per thread (on an H200: softmax bf16
     over 16384 columns from 84% to 86% of copy bandwidth, RMSNorm bf16 over 8192 from
