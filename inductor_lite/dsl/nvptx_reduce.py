@@ -205,7 +205,8 @@ class ReduceCodegen:
         all of them itself; or, from `LANE_COMBINE_MIN_WARPS` partials on where the
         output is the same in each group of that many lanes, lane ``i`` reads partial
         ``i`` and shuffles combine them: log2(n) combines a thread instead of n - 1
-        (with 16 warps, LayerNorm's Welford step went from 139 to about 40 instructions).
+        (LayerNorm bf16's streamed kernel over 16 warps: 995 PTX instructions an
+        iteration instead of 1064).
         Both build the same tree, so the bits are the same."""
         b = self.b
         groups = 1 << len(warp_bits)
