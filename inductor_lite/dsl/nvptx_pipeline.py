@@ -14,9 +14,9 @@ shared memory (``cp.async``), into a ring of S - 1 buffers:
   issued into the buffer just read, and committed.
 
 So S = 2 needs one buffer: the next iteration's data is in flight, in shared memory,
-from this iteration's read until the next one's. (Triton's pipeliner keeps S buffers
-and refills at the top of the body; refilling after the read halves what S = 2 takes,
-which on long rows is what lets two programs share an SM.)
+from this iteration's read until the next one's. Refilling at the top of the body
+instead would take one buffer more (for S = 2 twice the shared memory, e.g. 128 KiB
+for a bf16 row of 32768, which leaves less of the SM to L1 and to other programs).
 
 Loads of one address (the same pointer and mask computation) in one iteration, with no
 store or atomic between them, share one buffer: the later ones issue no copies and
