@@ -236,25 +236,23 @@ class ReduceCodegen:
                     if not fixed:
                         self.smem_store(c, off, slot, c.type)
         self.barrier()
+        lanes = groups >= LANE_COMBINE_MIN_WARPS and (groups - 1) & ~out.replica_lane_mask == 0
+        pick = b.and_(self.lane, llir.Constant(I32, groups - 1)) if lanes else None
+
+        def partial(mine: State, slot: llir.Value) -> State:
+            return tuple(c if fixed else self.smem_load(off, slot, t)
+                         for c, t, off, fixed in zip(mine, types, offsets, constant))
+
         combined = []
-        if groups >= LANE_COMBINE_MIN_WARPS and (groups - 1) & ~out.replica_lane_mask == 0:
-            pick = b.and_(self.lane, llir.Constant(I32, groups - 1))
-            for k, mine in enumerate(result):
-                slot = b.add(b.mul(self.flat_index(out, k), llir.Constant(I32, groups)), pick)
-                state = tuple(c if fixed else self.smem_load(off, slot, t)
-                              for c, t, off, fixed in zip(mine, types, offsets, constant))
-                for bit in range(len(warp_bits)):
-                    state = self._shuffle_combine(state, 1 << bit, combine, commutative)
-                combined.append(state)
-            return combined
         for k, mine in enumerate(result):
             row = b.mul(self.flat_index(out, k), llir.Constant(I32, groups))
-            partials = []
-            for g in range(groups):
-                slot = b.add(row, llir.Constant(I32, g))
-                partials.append(tuple(c if fixed else self.smem_load(off, slot, t)
-                                      for c, t, off, fixed in zip(mine, types, offsets, constant)))
-            combined.append(_pairwise(partials, combine))
+            if lanes:
+                state = partial(mine, b.add(row, pick))
+                for bit in range(len(warp_bits)):
+                    state = self._shuffle_combine(state, 1 << bit, combine, commutative)
+            else:
+                state = _pairwise([partial(mine, b.add(row, llir.Constant(I32, g))) for g in range(groups)], combine)
+            combined.append(state)
         return combined
 
     def _maybe_if(self, pred):
