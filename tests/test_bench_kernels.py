@@ -384,6 +384,23 @@ def test_streamed_bias_gelu_pipelines_its_tiles():
         assert loads(ptx) == loads(plain) - config.YBLOCK * config.XBLOCK * 2 // (16 * 32 * config.num_warps), config
 
 
+def test_pipelined_bf16_row_widens_from_its_words():
+    """The streamed bf16 LayerNorm row read back from its cp.async buffer (16-byte
+    words) widens each value with one and/shift of its word, as a row loaded from
+    global memory does: no 16-bit moves and widening conversions."""
+    cols, num_warps = 32768, 16
+    x, w = torch.empty(1024, cols, dtype=torch.bfloat16), torch.empty(cols, dtype=torch.bfloat16)
+    spec = K.layer_norm_streamed_kernel.specialize(
+        (x, w, w, torch.empty_like(x), 1024, cols, 1e-5), dict(RBLOCK=cols, NO_MASK=True, WELFORD=True,
+                                                              PREFETCH=False))
+    ptx = compiler.compile_ptx(K.layer_norm_streamed_kernel.build_ir(spec), cc=(9, 0), num_warps=num_warps,
+                               num_stages=2).ptx
+    per_thread = cols // (32 * num_warps)
+    assert re.search(r"ld\.shared\.v4\.b32", ptx) and "cvt.u32.u16" not in ptx
+    # high halves of x, w and b: an and with 0xffff0000 each
+    assert len(re.findall(r"and\.b32\s+%r\d+, %r\d+, -65536;", ptx)) == 3 * per_thread // 2
+
+
 def test_argmax_searches_vector_maxima():
     """bf16 argmax, 2 rows x 4096 over 4 warps (4 vectors of 8 values a thread): the
     maxima are packed (max.NaN.bf16x2), the search costs about one select per vector

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import inductor_lite.dsl as dl
-from inductor_lite.dsl import assembler, axis_info, compiler, ir, libdevice, nvptx
+from inductor_lite.dsl import assembler, axis_info, compiler, ir, libdevice, nvptx, nvptx_reduce
 from inductor_lite.dsl.layout import BlockedLayout, SliceLayout, default_blocked_layout, distribute
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -495,6 +495,18 @@ def test_welford_of_raw_values_divides_once_per_thread():
     # combines), a division each, and m2 / n. Weight 1: none (n is the constant 2048).
     assert counts["one"] == (0, 0)
     assert counts["mask"][0] == 1 + 5 + 3 + 1 and counts["mask"][1] > 0
+
+
+def test_welford_squares_accumulate_in_chains():
+    """The 16 squared deviations of a thread (weight 1) are one multiply or fma each,
+    added in `SUM_CHAINS` fma chains: the only plain adds are the mean's pairwise
+    sum (15) and the joins of the chains, not a tree over the squares."""
+    sig = {"x_ptr": "*fp32", "var_ptr": "*fp32"}
+    spec = dl.kernel(_row_var).specialize_signature(sig, {"RBLOCK": 2048, "WEIGHT": "one"})
+    ptx = compiler.compile_ptx(dl.kernel(_row_var).build_ir(spec), cc=(9, 0), num_warps=4).ptx
+    count = lambda op: len(re.findall(rf"\b{re.escape(op)}\s", ptx))  # noqa: E731
+    assert count("mul.f32") + count("fma.rn.f32") == 16
+    assert count("add.f32") == 15 + nvptx_reduce.SUM_CHAINS - 1
 
 
 _SCALE = 2.0

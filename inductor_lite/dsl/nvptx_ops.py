@@ -30,6 +30,7 @@ which LLVM folds with the unpacking of loaded words into one instruction.
 from __future__ import annotations
 
 import struct
+from typing import Optional
 
 from llvmlite import ir as llir
 
@@ -97,6 +98,19 @@ def _equal_constant(v: llir.Value, value: int) -> bool:
     return isinstance(v, llir.Constant) and v.constant == value
 
 
+def _packed_half(x: llir.Value) -> Optional[tuple[llir.Value, bool]]:
+    """(word, high) where the 16-bit value ``x`` (possibly bitcast) is ``trunc(word)``
+    (low half) or ``trunc(word >> 16)`` (high half) of a 32-bit ``word``, as
+    `MemoryCodegen` unpacks loads; else None."""
+    bits = x.operands[0] if isinstance(x, llir.CastInstr) and x.opname == "bitcast" else x
+    if not (isinstance(bits, llir.CastInstr) and bits.opname == "trunc" and bits.operands[0].type == I32):
+        return None
+    word = bits.operands[0]
+    if isinstance(word, llir.Instruction) and word.opname == "lshr" and _equal_constant(word.operands[1], 16):
+        return word.operands[0], True
+    return word, False
+
+
 def constant(t: ir.ElementType, value) -> llir.Constant:
     """An LLVM constant of element type ``t``."""
     if isinstance(t, ir.PointerType):
@@ -144,7 +158,17 @@ class ScalarCodegen:
     # -- half <-> fp32 -------------------------------------------------------------
     def to_f32(self, x: llir.Value, t: ir.DType) -> llir.Value:
         if t.name == "bfloat16":
-            wide = self.b.shl(self.b.zext(x, I32), llir.Constant(I32, 16))
+            # The bf16 bits are the fp32 value's upper half. A half of a loaded word is
+            # widened from the word (one and/shift): LLVM would otherwise turn the
+            # unpacking of a vector load into 16-bit moves and widen each (two
+            # instructions a value in SASS).
+            packed = _packed_half(x)
+            if packed is None:
+                wide = self.b.shl(self.b.zext(x, I32), llir.Constant(I32, 16))
+            else:
+                word, high = packed
+                wide = (self.b.and_(word, llir.Constant(I32, 0xFFFF0000)) if high
+                        else self.b.shl(word, llir.Constant(I32, 16)))
             return self.b.bitcast(wide, F32)
         if t.name == "float16":
             return self.b.fpext(x, F32)
@@ -163,15 +187,11 @@ class ScalarCodegen:
         """
         if not self.is_half(t):
             raise LoweringError(f"widen_at_use widens fp16/bf16, not {t}")
-        bits = x.operands[0] if isinstance(x, llir.CastInstr) and x.opname == "bitcast" else x
-        word, high = None, False
-        if isinstance(bits, llir.CastInstr) and bits.opname == "trunc" and bits.operands[0].type == I32:
-            word = bits.operands[0]
-            if (isinstance(word, llir.Instruction) and word.opname == "lshr"
-                    and _equal_constant(word.operands[1], 16)):
-                word, high = word.operands[0], True
-        if word is None:
-            word = self.b.zext(bits if bits.type == I16 else self.b.bitcast(bits, I16), I32)
+        packed = _packed_half(x)
+        if packed is None:
+            bits = x.operands[0] if isinstance(x, llir.CastInstr) and x.opname == "bitcast" else x
+            packed = self.b.zext(bits if bits.type == I16 else self.b.bitcast(bits, I16), I32), False
+        word, high = packed
         if t.name == "bfloat16":  # the bf16 bits are the fp32 value's upper half
             asm = "and.b32 $0, $1, 0xffff0000;" if high else "shl.b32 $0, $1, 16;"
         else:

@@ -36,6 +36,7 @@ in lane order so that all lanes compute identical bits.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Callable, Optional, Sequence
 
 from llvmlite import ir as llir
@@ -47,6 +48,11 @@ from .nvptx_ops import F16, F32, F64, FP_CONTRACT, I1, I8, I16, I32, I64, Loweri
 State = tuple
 Combine = Callable[[State, State], State]
 
+
+SUM_CHAINS = 4
+"""Independent accumulator chains of a thread's sum of squared deviations
+(`_two_pass_state`): enough to issue an fma each cycle over the 4-cycle fp32 latency of
+sm_80 and sm_90."""
 
 LANE_COMBINE_MIN_WARPS = 8
 """Partials from this many warps on are combined by lanes and shuffles, not each by
@@ -480,25 +486,32 @@ class ReduceCodegen:
 
     def _two_pass_state(self, group: list[State], xs: list[llir.Value]) -> State:
         """The Welford state (mean, m2, weight) of a thread's (x, 0, w) registers: the
-        weighted mean, then the weighted squared deviations from it (0, 0, 0 if every
-        weight is 0), of ``xs`` (the same x values, possibly widened anew). Sums are
-        pairwise, in register order."""
+        weighted mean (a pairwise sum, in register order), then the weighted squared
+        deviations from it (0, 0, 0 if every weight is 0), of ``xs`` (the same x
+        values, possibly widened anew), summed in `SUM_CHAINS` chains over the
+        registers in turn and then pairwise: a square added to a chain contracts to
+        one fma, where a tree of squares takes a multiply and an add for half of
+        them."""
         b = self.b
         t = group[0][0].type
         zero = llir.Constant(t, 0.0)
 
-        def total(values: list[llir.Value]) -> llir.Value:
-            return _pairwise([(v,) for v in values], lambda a, c: (b.fadd(a[0], c[0], flags=FP_CONTRACT),))[0]
+        def add(a: llir.Value, c: llir.Value) -> llir.Value:
+            return b.fadd(a, c, flags=FP_CONTRACT)
+
+        def total(values: list[llir.Value], chains: int) -> llir.Value:
+            heads = [functools.reduce(add, values[i::chains]) for i in range(min(chains, len(values)))]
+            return _pairwise([(v,) for v in heads], lambda a, c: (add(a[0], c[0]),))[0]
 
         if all(isinstance(w, llir.Constant) for _, _, w in group):  # e.g. 1.0: no mask
             weight = llir.Constant(t, sum(w.constant for _, _, w in group))
         else:
-            weight = total([w for _, _, w in group])
-        weighted = total([b.fmul(x, w, flags=FP_CONTRACT) for x, _, w in group])
+            weight = total([w for _, _, w in group], len(group))
+        weighted = total([b.fmul(x, w, flags=FP_CONTRACT) for x, _, w in group], len(group))
         mean = b.select(b.fcmp_ordered("==", weight, zero), zero, b.fdiv(weighted, weight))
         deviations = [b.fsub(x, mean, flags=FP_CONTRACT) for x in xs]
         m2 = total([b.fmul(b.fmul(d, d, flags=FP_CONTRACT), w, flags=FP_CONTRACT)
-                    for d, (_, _, w) in zip(deviations, group)])
+                    for d, (_, _, w) in zip(deviations, group)], SUM_CHAINS)
         return mean, m2, weight
 
     def _lower_welford_elementwise(self, op: ir.Op) -> None:
