@@ -7,7 +7,7 @@ taking turns replay by replay, the method the kernel benchmark times with by def
 candidates within `FINALIST_MARGIN` of the fastest are then timed again with
 `FINAL_CALLS` calls each, and that round decides. Per-call CUDA events instead (an
 event between calls) misranked close configs on an H200: for bias+GELU over 128 MB
-of fp32 they picked configs that ran 0.5-1% slower in back-to-back calls than the
+of fp32 they picked configs that ran 0.4-1.1% slower in back-to-back calls than the
 best, enough to lose to inductor there. ``run`` should take
 its inputs in turn from `timing.rotation_sets` (`bench.dsl_kernels.choose_config`
 does), so that calls read their inputs from HBM while the previous call's outputs
