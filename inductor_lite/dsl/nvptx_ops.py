@@ -23,8 +23,9 @@ bfloat16 lives in registers as its ``i16`` bit pattern; fp16 as LLVM ``half``.
 Arithmetic on either is done in fp32. fp32->bf16 is an LLVM ``fptrunc`` to ``bfloat``
 (`BF16`), so LLVM picks the target's instructions: ``cvt.rn.bf16x2.f32`` /
 ``cvt.rn.bf16.f32`` on sm_80+ (a NaN becomes the canonical 0x7FFF; torch writes
-0x7FC0, also a NaN), integer rounding on sm_75. bf16->fp32 is a shift left by 16,
-which LLVM folds with the unpacking of loaded words into one instruction.
+0x7FC0, also a NaN), integer rounding on sm_75. bf16->fp32 is a shift left by 16;
+a half of a loaded 32-bit word is widened from the word itself, one ``and`` (high
+half) or ``shl`` (low half) a value (`ScalarCodegen.to_f32`).
 """
 
 from __future__ import annotations
