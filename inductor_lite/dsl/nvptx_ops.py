@@ -99,11 +99,16 @@ def _equal_constant(v: llir.Value, value: int) -> bool:
     return isinstance(v, llir.Constant) and v.constant == value
 
 
+def _half_bits(x: llir.Value) -> llir.Value:
+    """The 16-bit integer a half value ``x`` was bitcast from, else ``x`` itself."""
+    return x.operands[0] if isinstance(x, llir.CastInstr) and x.opname == "bitcast" else x
+
+
 def _packed_half(x: llir.Value) -> Optional[tuple[llir.Value, bool]]:
     """(word, high) where the 16-bit value ``x`` (possibly bitcast) is ``trunc(word)``
     (low half) or ``trunc(word >> 16)`` (high half) of a 32-bit ``word``, as
     `MemoryCodegen` unpacks loads; else None."""
-    bits = x.operands[0] if isinstance(x, llir.CastInstr) and x.opname == "bitcast" else x
+    bits = _half_bits(x)
     if not (isinstance(bits, llir.CastInstr) and bits.opname == "trunc" and bits.operands[0].type == I32):
         return None
     word = bits.operands[0]
@@ -190,7 +195,7 @@ class ScalarCodegen:
             raise LoweringError(f"widen_at_use widens fp16/bf16, not {t}")
         packed = _packed_half(x)
         if packed is None:
-            bits = x.operands[0] if isinstance(x, llir.CastInstr) and x.opname == "bitcast" else x
+            bits = _half_bits(x)
             packed = self.b.zext(bits if bits.type == I16 else self.b.bitcast(bits, I16), I32), False
         word, high = packed
         if t.name == "bfloat16":  # the bf16 bits are the fp32 value's upper half

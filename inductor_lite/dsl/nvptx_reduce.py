@@ -499,19 +499,22 @@ class ReduceCodegen:
         def add(a: llir.Value, c: llir.Value) -> llir.Value:
             return b.fadd(a, c, flags=FP_CONTRACT)
 
-        def total(values: list[llir.Value], chains: int) -> llir.Value:
-            heads = [functools.reduce(add, values[i::chains]) for i in range(min(chains, len(values)))]
-            return _pairwise([(v,) for v in heads], lambda a, c: (add(a[0], c[0]),))[0]
+        def pairwise_sum(values: list[llir.Value]) -> llir.Value:
+            return _pairwise([(v,) for v in values], lambda a, c: (add(a[0], c[0]),))[0]
+
+        def chained_sum(values: list[llir.Value]) -> llir.Value:
+            return pairwise_sum([functools.reduce(add, values[i::SUM_CHAINS])
+                                 for i in range(min(SUM_CHAINS, len(values)))])
 
         if all(isinstance(w, llir.Constant) for _, _, w in group):  # e.g. 1.0: no mask
             weight = llir.Constant(t, sum(w.constant for _, _, w in group))
         else:
-            weight = total([w for _, _, w in group], len(group))
-        weighted = total([b.fmul(x, w, flags=FP_CONTRACT) for x, _, w in group], len(group))
+            weight = pairwise_sum([w for _, _, w in group])
+        weighted = pairwise_sum([b.fmul(x, w, flags=FP_CONTRACT) for x, _, w in group])
         mean = b.select(b.fcmp_ordered("==", weight, zero), zero, b.fdiv(weighted, weight))
         deviations = [b.fsub(x, mean, flags=FP_CONTRACT) for x in xs]
-        m2 = total([b.fmul(b.fmul(d, d, flags=FP_CONTRACT), w, flags=FP_CONTRACT)
-                    for d, (_, _, w) in zip(deviations, group)], SUM_CHAINS)
+        m2 = chained_sum([b.fmul(b.fmul(d, d, flags=FP_CONTRACT), w, flags=FP_CONTRACT)
+                          for d, (_, _, w) in zip(deviations, group)])
         return mean, m2, weight
 
     def _lower_welford_elementwise(self, op: ir.Op) -> None:
