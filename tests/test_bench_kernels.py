@@ -232,6 +232,18 @@ def test_layer_norm_with_large_mean_keeps_precision():
         torch.testing.assert_close(K.layer_norm(x, w, b, config=config).double(), want, rtol=1e-3, atol=1e-3)
 
 
+def test_welford_layer_norm_with_large_mean_keeps_precision():
+    """bf16 rows whose mean is about 100 times their spread, through every output form
+    of the Welford statistics (persistent with and without FMA_OUTPUT, streamed,
+    staged): within bf16's rounding of fp64 on the same inputs."""
+    x = _randn(6, 500, scale=8.0, offset=1000.0, dtype=torch.bfloat16)
+    w, b = _randn(500, dtype=torch.bfloat16), _randn(500, dtype=torch.bfloat16)
+    want = F.layer_norm(x.double(), (500,), w.double(), b.double(), 1e-5)
+    for config in (K.RowConfig(1, 512, 2, True), K.RowConfig(1, 512, 2, True, maxnreg=96),
+                   K.RowConfig(1, 512, 2, True, 2), K.RowConfig(1, 512, 2, True, 2, num_stages=2)):
+        _assert_matches(K.layer_norm(x, w, b, config=config), want, torch.bfloat16)
+
+
 def test_empty_tensors_launch_nothing():
     x = torch.empty(0, 16)
     assert K.softmax(x).shape == (0, 16)
@@ -399,6 +411,35 @@ def test_pipelined_bf16_row_widens_from_its_words():
     assert re.search(r"ld\.shared\.v4\.b32", ptx) and "cvt.u32.u16" not in ptx
     # high halves of x, w and b: an and with 0xffff0000 each
     assert len(re.findall(r"and\.b32\s+%r\d+, %r\d+, -65536;", ptx)) == 3 * per_thread // 2
+
+
+def test_welford_layer_norm_output_is_one_fma_a_value(monkeypatch):
+    """bf16 LayerNorm (Welford statistics): the output x * rstd - mean * rstd takes one
+    fma a value (the persistent kernel with FMA_OUTPUT, and the streamed kernel), where
+    (x - mean) * rstd takes a subtract and a multiply; register-capped launches keep
+    the latter, which ptxas does not spill."""
+    cols, num_warps = 8192, 4
+    per_thread = cols // (32 * num_warps)
+    x, w = torch.empty(64, cols, dtype=torch.bfloat16), torch.empty(cols, dtype=torch.bfloat16)
+    args = (x, w, w, torch.empty_like(x), 64, cols, 1e-5)
+
+    def counts(kernel, num_stages=1, **constexprs):
+        ptx = compiler.compile_ptx(kernel.build_ir(kernel.specialize(args, dict(NO_MASK=True, WELFORD=True, **constexprs))),
+                                   cc=(9, 0), num_warps=num_warps, num_stages=num_stages).ptx
+        return [len(re.findall(op, ptx)) for op in (r"\bsub(\.rn)?\.f32", r"\bmul(\.rn)?\.f32", r"\bfma\.rn\.f32")]
+
+    persistent = dict(XBLOCK=1, RBLOCK=cols, REREAD=False, EARLY_WEIGHTS=False)
+    fma = counts(K.layer_norm_kernel, FMA_OUTPUT=True, **persistent)
+    sub_mul = counts(K.layer_norm_kernel, FMA_OUTPUT=False, **persistent)
+    assert [a - b for a, b in zip(sub_mul, fma)] == [per_thread, per_thread - 1, -per_thread]
+    assert counts(K.layer_norm_streamed_kernel, num_stages=2, RBLOCK=cols, PREFETCH=False) == fma
+
+    launched = []
+    monkeypatch.setattr(dl.Kernel, "run", lambda self, grid, args, constexprs, num_warps=None, num_stages=1,
+                        maxnreg=None: launched.append(constexprs.get("FMA_OUTPUT")))
+    for maxnreg in (None, 96):
+        K.layer_norm(x, w, w, config=K.RowConfig(1, cols, num_warps, True, maxnreg=maxnreg))
+    assert launched == [True, False]
 
 
 def test_argmax_searches_vector_maxima():

@@ -452,17 +452,24 @@ def softmax_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.
 # LayerNorm's statistics (WELFORD, a constexpr): one Welford reduction (a state per
 # thread, exact, then Chan's combine across threads), or two reductions (the mean, then
 # the squared deviations, which stay in registers for the output). Welford saves a
-# cross-warp round and, with REREAD, a pass over the row, but recomputes x - mean for
+# cross-warp round and, with REREAD, a pass over the row, but goes over x again for
 # the output: on an H200 it raised bf16 rows of 8192 to 32768 columns by 1 to 6 points
-# of copy bandwidth and cost fp32 rows of 32768 columns 4 points.
+# of copy bandwidth and cost fp32 rows of 32768 columns 4 points. That output is
+# x * rstd - mean * rstd, one fma a value where (x - mean) * rstd takes two; the
+# rounded mean * rstd adds at most half an ulp of |mean| * rstd, the size of the
+# error the computed mean already carries. On an H200 the fma raised bf16 rows of
+# 16384 and 32768 columns (streamed) by 1.3 and 2.3 points. Under a register cap
+# (FMA_OUTPUT off) the output stays (x - mean) * rstd: at 96 registers ptxas spilled
+# the fma form, and LayerNorm bf16 over 8192 columns fell from 92% to 76%.
 
 
 @dl.kernel
 def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.constexpr,
                       RBLOCK: dl.constexpr, NO_MASK: dl.constexpr, REREAD: dl.constexpr, WELFORD: dl.constexpr,
-                      EARLY_WEIGHTS: dl.constexpr):
+                      EARLY_WEIGHTS: dl.constexpr, FMA_OUTPUT: dl.constexpr):
     """out = layer_norm(x) * w + b over the last dim, x and out (rows, cols), w and b
-    (cols,); grid (cdiv(rows, XBLOCK),)."""
+    (cols,); grid (cdiv(rows, XBLOCK),). FMA_OUTPUT (with WELFORD): the output as x *
+    rstd - mean * rstd."""
     row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
     col = dl.arange(0, RBLOCK)[None, :]
     cmask = None if NO_MASK else col < cols
@@ -477,7 +484,8 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.
         mean, m2, _ = dl.welford(x, 0.0, 1.0 if NO_MASK else cmask, 1, keep_dims=True)
         if REREAD:
             x = dl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first").to(dl.float32)
-        d = x - mean
+        if not FMA_OUTPUT:
+            d = x - mean
     else:
         mean = (dl.sum(x, 1) * (1.0 / cols))[:, None]
         if REREAD:
@@ -492,7 +500,11 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, XBLOCK: dl.
     if not EARLY_WEIGHTS:
         w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last")
         b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last")
-    dl.store(out_ptr + offs, d * rstd * w.to(dl.float32) + b.to(dl.float32), mask=mask)
+    if WELFORD and FMA_OUTPUT:
+        normed = x * rstd - mean * rstd
+    else:
+        normed = d * rstd
+    dl.store(out_ptr + offs, normed * w.to(dl.float32) + b.to(dl.float32), mask=mask)
 
 
 @dl.kernel
@@ -718,16 +730,18 @@ def layer_norm_streamed_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, RB
         xf = x.to(dl.float32)
         if WELFORD:
             mean, m2, _ = dl.welford(xf, 0.0, 1.0 if NO_MASK else cmask, 0)
-            d = xf - mean
+            rstd = dl.rsqrt(m2 * (1.0 / cols) + eps)
+            normed = xf * rstd - mean * rstd
         else:
             d = xf - dl.sum(xf, 0) * (1.0 / cols)
             if not NO_MASK:
                 d = dl.where(cmask, d, 0.0)
             m2 = dl.sum(d * d, 0)
-        rstd = dl.rsqrt(m2 * (1.0 / cols) + eps)
+            rstd = dl.rsqrt(m2 * (1.0 / cols) + eps)
+            normed = d * rstd
         w = dl.load(w_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
         b = dl.load(b_ptr + col, mask=cmask, eviction_policy="evict_last").to(dl.float32)
-        dl.store(out_ptr + row * cols + col, d * rstd * w + b, mask=cmask)
+        dl.store(out_ptr + row * cols + col, normed * w + b, mask=cmask)
         if PREFETCH:
             x = x_next
 
@@ -946,7 +960,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("layer_norm", x, weight, bias, eps)
     _launch_rows(layer_norm_kernel, layer_norm_looped_kernel, config, rows, cols, (x, weight, bias, out),
                  (float(eps),), streamed_kernel=layer_norm_streamed_kernel,
-                 persistent_constexprs=_norm_constexprs(config), constexprs={"WELFORD": x.element_size() == 2})
+                 persistent_constexprs={**_norm_constexprs(config), "FMA_OUTPUT": config.maxnreg is None},
+                 constexprs={"WELFORD": x.element_size() == 2})
     return out
 
 
