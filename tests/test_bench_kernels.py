@@ -536,6 +536,21 @@ def test_cuda_timer_interleaves_batches_of_event_pairs(monkeypatch):
     assert all(isinstance(c, int) and c > 0 for c in sleeps)
 
 
+def test_graph_timer_leads_each_replay_with_its_own_call(monkeypatch):
+    """The graph path with capture and replay faked out: before each timed replay, the
+    contenders taking turns, runs one untimed call of the same contender, the one that
+    precedes the graph's first call in the rotation."""
+    order = []
+    monkeypatch.setattr(bench.Timer, "_capture", lambda self, calls, index: (index, 10))
+    monkeypatch.setattr(bench.Timer, "_replay_seconds", lambda self, graph: order.append(f"replay {graph}") or 1e-3)
+    timer = bench.Timer(torch.device("cuda"), warmup=1, repeat=30, graphs=True)
+    first = [lambda: order.append("a0"), lambda: order.append("a1"), lambda: order.append("a2")]
+    second = [lambda: order.append("b0")]
+    assert timer.median_seconds([first, second]) == [1e-4, 1e-4]
+    assert order[:2] == ["a0", "b0"]  # the warm-up
+    assert order[2:] == ["a0", "replay 0", "b0", "replay 1"] * 3  # call 9 of (a0, a1, a2), then the replay
+
+
 def _run_cli(tmp_path, *extra) -> tuple[int, list[dict]]:
     out = tmp_path / "results.csv"
     argv = ["--device", "cpu", "--sizes", "3x37,2x300", "--no-inductor", "--repeat", "2", "--warmup", "1",

@@ -3,7 +3,9 @@ the fastest, remember it in memory and on disk.
 
 The method: a candidate's time is the median per-call time over replays of a CUDA
 graph of back-to-back calls (`timing.Timer` with ``graphs=True``), the candidates
-taking turns replay by replay, the method the kernel benchmark times with by default;
+taking turns replay by replay, each replay after a lead-in call of its own candidate
+(so the L2 the previous candidate left does not count), the method the kernel
+benchmark times with by default;
 candidates within `FINALIST_MARGIN` of the fastest are then timed again with
 `FINAL_CALLS` calls each, and that round decides. Per-call CUDA events instead (an
 event between calls) misranked close configs on an H200: for bias+GELU over 128 MB
@@ -65,8 +67,9 @@ FINAL_CALLS = 400
 close configs (within 1-3%) ordered differently from run to run, and the benchmark
 then ran the slower one."""
 
-TIMING_METHOD = (f"median over CUDA graph replays of back-to-back calls (timing.Timer), candidates interleaved, "
-                 f"{MIN_CALLS}-{MAX_CALLS} calls; finalists within {FINALIST_MARGIN} timed again with {FINAL_CALLS}")
+TIMING_METHOD = ("median over CUDA graph replays of back-to-back calls, each after a lead-in call (timing.Timer), "
+                 f"candidates interleaved, {MIN_CALLS}-{MAX_CALLS} calls; finalists within {FINALIST_MARGIN} timed "
+                 f"again with {FINAL_CALLS}")
 """Part of the disk key: decisions timed another way are not reused."""
 
 _decisions: dict[tuple, int] = {}
