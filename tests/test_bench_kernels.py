@@ -223,12 +223,13 @@ def test_softmax_large_values_and_inf(config):
 
 
 def test_layer_norm_with_large_mean_keeps_precision():
-    """The two-pass variance does not cancel when the mean dwarfs the spread (the
-    one-pass E[x^2] - E[x]^2 loses every digit here; 1e-3 allows for the fp32 mean)."""
+    """The two-pass variance, and Welford's (32 warps), do not cancel when the mean
+    dwarfs the spread (the one-pass E[x^2] - E[x]^2 loses every digit here; 1e-3 allows
+    for the fp32 mean)."""
     x = _randn(3, 500, offset=1000.0)
     w, b = _randn(500), _randn(500)
     want = F.layer_norm(x.double(), (500,), w.double(), b.double(), 1e-5)
-    for config in (None, K.RowConfig(1, 64, 2, False)):
+    for config in (None, K.RowConfig(1, 64, 2, False), K.RowConfig(1, 512, 32, True)):  # 32 warps: Welford
         torch.testing.assert_close(K.layer_norm(x, w, b, config=config).double(), want, rtol=1e-3, atol=1e-3)
 
 
@@ -440,6 +441,18 @@ def test_welford_layer_norm_output_is_one_fma_a_value(monkeypatch):
     for maxnreg in (None, 96):
         K.layer_norm(x, w, w, config=K.RowConfig(1, cols, num_warps, True, maxnreg=maxnreg))
     assert launched == [True, False]
+
+
+def test_layer_norm_takes_welford_for_half_inputs_and_32_warps(monkeypatch):
+    launched = []
+    monkeypatch.setattr(dl.Kernel, "run", lambda self, grid, args, constexprs, num_warps=None, num_stages=1,
+                        maxnreg=None: launched.append(constexprs["WELFORD"]))
+    cols = 32768
+    for dtype, warps in ((torch.bfloat16, 16), (torch.float32, 16), (torch.float32, 32)):
+        x, w = torch.empty(4, cols, dtype=dtype), torch.empty(cols, dtype=dtype)
+        K.layer_norm(x, w, w, config=K.RowConfig(1, cols, warps, True))
+        K.layer_norm(x, w, w, config=K.RowConfig(1, cols, warps, True, 1, num_stages=2))
+    assert launched == [True, True, False, False, True, True]
 
 
 def test_argmax_searches_vector_maxima():

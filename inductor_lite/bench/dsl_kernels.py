@@ -453,8 +453,11 @@ def softmax_kernel(x_ptr, out_ptr, rows, cols, XBLOCK: dl.constexpr, RBLOCK: dl.
 # thread, exact, then Chan's combine across threads), or two reductions (the mean, then
 # the squared deviations, which stay in registers for the output). Welford saves a
 # cross-warp round and, with REREAD, a pass over the row, but goes over x again for
-# the output: on an H200 it raised bf16 rows of 8192 to 32768 columns by 1 to 6 points
-# of copy bandwidth and cost fp32 rows of 32768 columns 4 points. That output is
+# the output. `layer_norm` takes it for 16-bit inputs and for 32-warp launches, where
+# the cross-warp round costs most: on an H200 it raised bf16 rows of 8192 to 32768
+# columns by 1 to 6 points of copy bandwidth, and fp32 rows of 32768 columns at 32
+# warps by 4 to 7 (one row a program: 82% to 88%); at 16 warps fp32 gained nothing or
+# lost (16384 columns streamed 2/SM: 94% against 90%). The Welford output is
 # x * rstd - mean * rstd, one fma a value where (x - mean) * rstd takes two; the
 # rounded mean * rstd adds at most half an ulp of |mean| * rstd, the size of the
 # error the computed mean already carries. On an H200 the fma raised bf16 rows of
@@ -961,7 +964,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     _launch_rows(layer_norm_kernel, layer_norm_looped_kernel, config, rows, cols, (x, weight, bias, out),
                  (float(eps),), streamed_kernel=layer_norm_streamed_kernel,
                  persistent_constexprs={**_norm_constexprs(config), "FMA_OUTPUT": config.maxnreg is None},
-                 constexprs={"WELFORD": x.element_size() == 2})
+                 constexprs={"WELFORD": x.element_size() == 2 or config.num_warps >= 32})
     return out
 
 
