@@ -18,8 +18,10 @@ all three and prints GB/s beside the device's measured copy bandwidth. The metho
 - CUDA timing (``--timing graphs``, the default): after warm-up, each contender's
   calls are captured into a CUDA graph of back-to-back calls, and the time per call
   is the median over replays of a replay's CUDA-event time over its calls, as in
-  Triton's ``do_bench_cudagraph`` (the same for all three contenders; the copy
-  bandwidth is timed with events, see `copy_bandwidth`).
+  Triton's ``do_bench_cudagraph``; the contenders take turns, each replay after an
+  untimed call of its own contender, so none starts from the L2 another left (the
+  same for all three contenders; the copy bandwidth is timed with events, see
+  `copy_bandwidth`).
   ``--timing events``: a CUDA event after every call, a ``torch.cuda._sleep`` holding
   the stream while the host queues a batch; each call then also pays for its event,
   about 2 us on an H200, which at 64 MB costs even ``copy_`` 7 points of copy
