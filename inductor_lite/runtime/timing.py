@@ -77,8 +77,8 @@ class Timer:
 
         A contender is a list of calls used in rotation (call ``i`` runs
         ``calls[i % len(calls)]``). After the warm-up the contenders take turns, a
-        batch or a graph replay (CUDA) or a call (CPU) each, so clock and load changes
-        hit all alike.
+        batch or a graph replay (CUDA; each replay after an untimed lead-in call) or a
+        call (CPU) each, so clock and load changes hit all alike.
 
         Raises:
             RuntimeError: with ``graphs=True``, a contender's calls cannot be captured
