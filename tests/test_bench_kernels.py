@@ -405,7 +405,7 @@ def test_pipelined_bf16_row_widens_from_its_words():
     x, w = torch.empty(1024, cols, dtype=torch.bfloat16), torch.empty(cols, dtype=torch.bfloat16)
     spec = K.layer_norm_streamed_kernel.specialize(
         (x, w, w, torch.empty_like(x), 1024, cols, 1e-5), dict(RBLOCK=cols, NO_MASK=True, WELFORD=True,
-                                                              PREFETCH=False))
+                                                              FMA_OUTPUT=True, PREFETCH=False))
     ptx = compiler.compile_ptx(K.layer_norm_streamed_kernel.build_ir(spec), cc=(9, 0), num_warps=num_warps,
                                num_stages=2).ptx
     per_thread = cols // (32 * num_warps)
@@ -415,8 +415,8 @@ def test_pipelined_bf16_row_widens_from_its_words():
 
 
 def test_welford_layer_norm_output_is_one_fma_a_value(monkeypatch):
-    """bf16 LayerNorm (Welford statistics): the output x * rstd - mean * rstd takes one
-    fma a value (the persistent kernel with FMA_OUTPUT, and the streamed kernel), where
+    """bf16 LayerNorm (Welford statistics): the output x * rstd - mean * rstd
+    (FMA_OUTPUT, in the persistent and the streamed kernel) takes one fma a value, where
     (x - mean) * rstd takes a subtract and a multiply; register-capped launches keep
     the latter, which ptxas does not spill."""
     cols, num_warps = 8192, 4
@@ -433,14 +433,17 @@ def test_welford_layer_norm_output_is_one_fma_a_value(monkeypatch):
     fma = counts(K.layer_norm_kernel, FMA_OUTPUT=True, **persistent)
     sub_mul = counts(K.layer_norm_kernel, FMA_OUTPUT=False, **persistent)
     assert [a - b for a, b in zip(sub_mul, fma)] == [per_thread, per_thread - 1, -per_thread]
-    assert counts(K.layer_norm_streamed_kernel, num_stages=2, RBLOCK=cols, PREFETCH=False) == fma
+    streamed = dict(num_stages=2, RBLOCK=cols, PREFETCH=False)
+    assert counts(K.layer_norm_streamed_kernel, FMA_OUTPUT=True, **streamed) == fma
+    assert counts(K.layer_norm_streamed_kernel, FMA_OUTPUT=False, **streamed) == sub_mul
 
     launched = []
     monkeypatch.setattr(dl.Kernel, "run", lambda self, grid, args, constexprs, num_warps=None, num_stages=1,
-                        maxnreg=None: launched.append(constexprs.get("FMA_OUTPUT")))
+                        maxnreg=None: launched.append(constexprs["FMA_OUTPUT"]))
     for maxnreg in (None, 96):
         K.layer_norm(x, w, w, config=K.RowConfig(1, cols, num_warps, True, maxnreg=maxnreg))
-    assert launched == [True, False]
+        K.layer_norm(x, w, w, config=K.RowConfig(1, cols, num_warps, True, 1, num_stages=2, maxnreg=maxnreg))
+    assert launched == [True, True, False, False]
 
 
 def test_layer_norm_takes_welford_for_half_inputs_and_32_warps(monkeypatch):
@@ -554,14 +557,14 @@ def test_graph_timer_leads_each_replay_with_its_own_call(monkeypatch):
     contenders taking turns, runs one untimed call of the same contender, the one that
     precedes the graph's first call in the rotation."""
     order = []
-    monkeypatch.setattr(bench.Timer, "_capture", lambda self, calls, index: (index, 10))
+    monkeypatch.setattr(bench.Timer, "_capture", lambda self, calls, index: (index, 4 * len(calls)))
     monkeypatch.setattr(bench.Timer, "_replay_seconds", lambda self, graph: order.append(f"replay {graph}") or 1e-3)
-    timer = bench.Timer(torch.device("cuda"), warmup=1, repeat=30, graphs=True)
+    timer = bench.Timer(torch.device("cuda"), warmup=1, repeat=12, graphs=True)  # 3 replays each
     first = [lambda: order.append("a0"), lambda: order.append("a1"), lambda: order.append("a2")]
     second = [lambda: order.append("b0")]
-    assert timer.median_seconds([first, second]) == [1e-4, 1e-4]
+    assert timer.median_seconds([first, second]) == [1e-3 / 12, 1e-3 / 4]
     assert order[:2] == ["a0", "b0"]  # the warm-up
-    assert order[2:] == ["a0", "replay 0", "b0", "replay 1"] * 3  # call 9 of (a0, a1, a2), then the replay
+    assert order[2:] == ["a2", "replay 0", "b0", "replay 1"] * 3  # a graph of 12 calls starts at a0
 
 
 def _run_cli(tmp_path, *extra) -> tuple[int, list[dict]]:

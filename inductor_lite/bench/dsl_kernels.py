@@ -717,7 +717,8 @@ def softmax_streamed_kernel(x_ptr, out_ptr, rows, cols, RBLOCK: dl.constexpr, NO
 
 @dl.kernel
 def layer_norm_streamed_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, RBLOCK: dl.constexpr,
-                               NO_MASK: dl.constexpr, WELFORD: dl.constexpr, PREFETCH: dl.constexpr):
+                               NO_MASK: dl.constexpr, WELFORD: dl.constexpr, FMA_OUTPUT: dl.constexpr,
+                               PREFETCH: dl.constexpr):
     """As `layer_norm_kernel`, programs striding over the rows; grid (P,), P <= rows."""
     pid, step = dl.program_id(0), dl.num_programs(0)
     col = dl.arange(0, RBLOCK)
@@ -734,7 +735,7 @@ def layer_norm_streamed_kernel(x_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, RB
         if WELFORD:
             mean, m2, _ = dl.welford(xf, 0.0, 1.0 if NO_MASK else cmask, 0)
             rstd = dl.rsqrt(m2 * (1.0 / cols) + eps)
-            normed = xf * rstd - mean * rstd
+            normed = xf * rstd - mean * rstd if FMA_OUTPUT else (xf - mean) * rstd
         else:
             d = xf - dl.sum(xf, 0) * (1.0 / cols)
             if not NO_MASK:
@@ -963,8 +964,9 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("layer_norm", x, weight, bias, eps)
     _launch_rows(layer_norm_kernel, layer_norm_looped_kernel, config, rows, cols, (x, weight, bias, out),
                  (float(eps),), streamed_kernel=layer_norm_streamed_kernel,
-                 persistent_constexprs={**_norm_constexprs(config), "FMA_OUTPUT": config.maxnreg is None},
-                 constexprs={"WELFORD": x.element_size() == 2 or config.num_warps >= 32})
+                 persistent_constexprs=_norm_constexprs(config),
+                 constexprs={"WELFORD": x.element_size() == 2 or config.num_warps >= 32,
+                             "FMA_OUTPUT": config.maxnreg is None})
     return out
 
 

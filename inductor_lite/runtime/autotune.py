@@ -5,9 +5,8 @@ The method: a candidate's time is the median per-call time over replays of a CUD
 graph of back-to-back calls (`timing.Timer` with ``graphs=True``), the candidates
 taking turns replay by replay, each replay after a lead-in call of its own candidate
 (so the L2 the previous candidate left does not count), the method the kernel
-benchmark times with by default;
-candidates within `FINALIST_MARGIN` of the fastest are then timed again with
-`FINAL_CALLS` calls each, and that round decides. Per-call CUDA events instead (an
+benchmark times with by default; candidates within `FINALIST_MARGIN` of the fastest
+are then timed again with `FINAL_CALLS` calls each, and that round decides. Per-call CUDA events instead (an
 event between calls) misranked close configs on an H200: for bias+GELU over 128 MB
 of fp32 they picked configs that ran 0.4-1.1% slower in back-to-back calls than the
 best, enough to lose to inductor there. ``run`` should take

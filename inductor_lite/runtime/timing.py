@@ -19,8 +19,8 @@ kernel on an H200, against 3.5 us with an event after each call). That is the
 kernel's throughput when it runs among other kernels, as under
 ``mode="reduce-overhead"``; per-call events charge every call the event's cost too,
 which at 64 MB moves a ``copy_`` from 98% of the 512 MiB copy's bandwidth to 91%
-(H200). Each timed replay follows an untimed *lead-in* call of its own contender (the
-call before the graph's first in the rotation), so its first call starts from the
+(H200). Each timed replay follows an untimed *lead-in* call of its own contender (its last
+call, which precedes the graph's first in the rotation), so its first call starts from the
 L2 its own calls leave (dirty output lines to write back), not from what the
 previous contender left: without it, on an H100, adding 128 MB of fp32 timed 0.3%
 slower right after eager's ``a + b`` than right after inductor's kernel, so the
@@ -101,7 +101,7 @@ class Timer:
             for r in range(max(replays)):
                 for (graph, n), calls, count, out in zip(graphs, contenders, replays, samples):
                     if r < count:
-                        calls[(n - 1) % len(calls)]()  # the lead-in (module docstring)
+                        calls[-1]()  # the lead-in: the graph holds whole rounds of the calls
                         out.append(self._replay_seconds(graph) / n)
             del graphs
         else:
