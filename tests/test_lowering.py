@@ -17,11 +17,11 @@ from inductor_lite.codegen.printer import pexpr
 from inductor_lite.fx_lowering import lowerings
 from inductor_lite.fx_lowering.decompositions import decomposition_table
 from inductor_lite.fx_lowering.graph import GraphLowering, LoweringError
-from inductor_lite.fx_lowering.ir import (
+from inductor_lite.ir.nodes import (
     ComputedBuffer, ExternKernel, GenericView, InputBuffer, MultiOutput, ReinterpretView, StorageBox,
     format_inner_fn,
 )
-from inductor_lite.fx_lowering.ops import OpsHandler, set_ops_handler
+from inductor_lite.ir.ops import OpsHandler, set_ops_handler
 
 aten = torch.ops.aten
 

@@ -9,8 +9,8 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from inductor_lite.fx_lowering.decompositions import decomposition_table
 from inductor_lite.fx_lowering.graph import GraphLowering
-from inductor_lite.fx_lowering.indexing import index_var, simplify_index, upper_bound
-from inductor_lite.fx_lowering.ir import ComputedBuffer
+from inductor_lite.ir.indexing import index_var, simplify_index, upper_bound
+from inductor_lite.ir.nodes import ComputedBuffer
 from inductor_lite.scheduler.dependencies import FLAT, MemoryDep, extract_read_writes
 from inductor_lite.scheduler.fusion import KernelGroup, fusion_blocker, fusion_score
 from inductor_lite.scheduler.scheduler import ExternSchedulerNode, Scheduler, SchedulerNode

@@ -39,9 +39,9 @@ import torch
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..config import config
-from ..fx_lowering.indexing import Expr, abs_bound, flat_to_vars, simplify_index
-from ..fx_lowering.ir import Pointwise
-from ..fx_lowering.ops import OpsHandler, set_ops_handler
+from ..ir.indexing import Expr, abs_bound, flat_to_vars, simplify_index
+from ..ir.nodes import Pointwise
+from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT
 from ..scheduler.fusion import KernelGroup
 from .printer import kexpr

@@ -52,7 +52,7 @@ from typing import Any, Callable, Optional
 import sympy
 import torch
 
-from ..fx_lowering.ir import Buffer, Layout, MultiOutput, ReinterpretView
+from ..ir.nodes import Buffer, Layout, MultiOutput, ReinterpretView
 from ..scheduler.fusion import KernelGroup
 from ..scheduler.scheduler import Scheduler
 from .kernel import KernelSource, generate_kernel

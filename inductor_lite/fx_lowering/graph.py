@@ -29,13 +29,13 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..logs import log_artifact
-from .indexing import Expr, as_expr, known_equal
-from .ir import (
+from ..ir.indexing import Expr, as_expr, known_equal
+from ..ir.nodes import (
     Buffer, ComputedBuffer, ExternKernel, GenericView, InputBuffer, IRNode, Layout, MultiOutput,
     Pointwise, ReinterpretView, StorageBox, StridedInfo, as_strided_view, underlying_buffer,
 )
 from .lowerings import LOWERINGS, LoweringContext, NoLowering, lazy_origins, op_short_name
-from .ops import OpsHandler, set_ops_handler
+from ..ir.ops import OpsHandler, set_ops_handler
 
 MAX_INLINE_OPS = 96
 """A lazy Pointwise whose inlined body has more ops than this is realized (bounds code size)."""

@@ -26,12 +26,12 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes
 from torch.utils._sympy.functions import FloorDiv
 
-from .indexing import Expr, as_expr, flat_to_vars, known_equal, vars_to_flat
-from .ir import (
+from ..ir.indexing import Expr, as_expr, flat_to_vars, known_equal, vars_to_flat
+from ..ir.nodes import (
     Buffer, ComputedBuffer, GenericView, IRNode, Layout, Pointwise, ReinterpretView, StorageBox,
     StridedInfo, as_strided_view, realized_layout, underlying_buffer, unwrap,
 )
-from .ops import ops
+from ..ir.ops import ops
 
 aten = torch.ops.aten
 prims = torch.ops.prims

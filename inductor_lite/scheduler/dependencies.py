@@ -19,9 +19,9 @@ from typing import Any, Sequence
 
 import sympy
 
-from ..fx_lowering.indexing import Expr, flat_to_vars, index_var, product, simplify_index
-from ..fx_lowering.ir import ComputedBuffer
-from ..fx_lowering.ops import OpsHandler, set_ops_handler
+from ..ir.indexing import Expr, flat_to_vars, index_var, product, simplify_index
+from ..ir.nodes import ComputedBuffer
+from ..ir.ops import OpsHandler, set_ops_handler
 
 FLAT = index_var("xindex")
 """The flat index symbol: position in the row-major order of a node's iteration domain."""

@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Optional
 import networkx as nx
 import sympy
 
-from ..fx_lowering.indexing import Expr, known_equal
+from ..ir.indexing import Expr, known_equal
 
 MAX_SIBLING_READERS = 32
 """Buffers read by more groups than this are not used to pair siblings (quadratic)."""

@@ -19,8 +19,8 @@ from typing import Union
 
 import networkx as nx
 
-from ..fx_lowering.indexing import Expr
-from ..fx_lowering.ir import (
+from ..ir.indexing import Expr
+from ..ir.nodes import (
     Buffer, ComputedBuffer, ExternKernel, MultiOutput, format_node, iter_ir_leaves, underlying_buffer,
 )
 from ..logs import log_artifact

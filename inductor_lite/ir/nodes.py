@@ -2,7 +2,7 @@
 
 As in TorchInductor, a computed tensor is a `Pointwise` node: ``ranges`` (its size,
 sympy expressions) and an ``inner_fn(index)`` that computes one element through the
-``ops`` vocabulary (`inductor_lite.fx_lowering.ops`). Until something needs it in
+``ops`` vocabulary (`inductor_lite.ir.ops`). Until something needs it in
 memory a Pointwise stays *lazy* inside a `StorageBox`, and consumers inline its
 ``inner_fn`` into their own. `StorageBox.realize` turns it into a `ComputedBuffer`
 with a `Layout`; consumers then ``ops.load`` from that buffer.
