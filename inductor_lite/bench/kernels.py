@@ -1,4 +1,4 @@
-"""``python -m inductor_lite.bench.kernels``: GB/s of hand-written DSL kernels.
+"""``python -m inductor_lite.bench.kernels``: GB/s of hand-written and generated kernels.
 
 Examples::
 
@@ -7,9 +7,13 @@ Examples::
     python -m inductor_lite.bench.kernels --sizes small --output small.json
     python -m inductor_lite.bench.kernels --device cpu --sizes tiny --no-inductor --repeat 2   # smoke test
 
-For each (kernel, dtype, shape) it checks the DSL kernel (`dsl_kernels`), torch eager
-and ``torch.compile(backend="inductor")`` against an fp64 torch reference, then times
-all three and prints GB/s beside the device's measured copy bandwidth. The method:
+For each (kernel, dtype, shape) it checks four contenders against an fp64 torch
+reference: the hand-written DSL kernel (``ours``, `dsl_kernels`; only some rows have
+one), torch eager, ``torch.compile(backend="inductor")`` and the same torch expression
+through our compiler, ``torch.compile(backend="inductor_lite")`` (``generated``); both
+compiles take ``dynamic=False``. It then times them and prints GB/s beside the
+device's measured copy bandwidth, and the generated kernels' speed over the
+hand-written ones and over inductor's. The method:
 
 - GB/s = bytes that must move (each input read once, each output written once) /
   median time per call; GB = 1e9 bytes, MB = 1e6 bytes.
@@ -20,7 +24,7 @@ all three and prints GB/s beside the device's measured copy bandwidth. The metho
   is the median over replays of a replay's CUDA-event time over its calls, as in
   Triton's ``do_bench_cudagraph``; the contenders take turns, each replay after an
   untimed call of its own contender, so none starts from the L2 another left (the
-  same for all three contenders; the copy bandwidth is timed with events, see
+  same for all four contenders; the copy bandwidth is timed with events, see
   `copy_bandwidth`).
   ``--timing events``: a CUDA event after every call, a ``torch.cuda._sleep`` holding
   the stream while the host queues a batch; each call then also pays for its event,
@@ -28,17 +32,26 @@ all three and prints GB/s beside the device's measured copy bandwidth. The metho
   bandwidth. Inputs are rotated among copies when one set is smaller than 3x the L2
   cache, so every call reads from HBM.
 - Ours runs with the config the runtime's autotuner picks for the (shape, dtype) on its
-  first call (`dsl_kernels.choose_config`), shown in the ``config`` column.
+  first call (`dsl_kernels.choose_config`), shown in the ``config`` column. The
+  ``generated code`` column says what our compiler made of the expression: DSL
+  kernels and aten extern calls (``inductor_lite.counters``), or ``eager fallback``
+  where it ran the graph eagerly (``INDUCTOR_LITE_LOGS=fallbacks`` says why).
 - Correctness, before timing: ours writes into an output poisoned with NaN (-1 for
-  indices); every result must match the fp64 reference within ``rtol`` (fp32 1e-5,
+  indices); a compiled function returns its own outputs, so those are compared as
+  returned. Every result must match the fp64 reference within ``rtol`` (fp32 1e-5,
   fp16 1e-3, bf16 1e-2) plus ``rtol * rms(reference)``, argmax exactly; NaN never
-  passes. A failure of ours marks the row FAIL and makes the exit status 1;
-  a mismatch of eager or inductor is only noted.
-- Target (CUDA, inputs of 32 MB and up): ours >= 85% of copy bandwidth and faster
-  than inductor; rows that miss it say ``below target``.
+  passes. A failure of ours marks the row FAIL, one of the generated kernels
+  ``FAIL (generated)`` (ERROR when it raises), and either makes the exit status 1
+  (the failed contender is not timed); a mismatch of eager or inductor is only noted.
+- Target (CUDA, inputs of 32 MB and up): where there is a hand-written kernel, ours
+  >= 85% of copy bandwidth and faster than inductor, and generated >= 0.9x ours;
+  elsewhere generated >= 0.97x inductor, and >= 85% of copy bandwidth where inductor
+  reaches it. Rows that miss it say ``below target`` and the note says what missed.
+  The summary gives the geomeans of generated/ours (rows with a hand-written kernel)
+  and generated/inductor (every row).
 
-On CPU the DSL kernels run in the interpreter: the numbers check that everything runs
-and say nothing about speed.
+On CPU the DSL kernels, hand-written or generated, run in the interpreter: the numbers
+check that everything runs and say nothing about speed.
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ import dataclasses
 import datetime
 import functools
 import json
+import math
 import platform
 import sys
 from typing import Any, Callable, Optional, Sequence
@@ -56,13 +70,18 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..counters import counters, reset as reset_counters
 from ..runtime.timing import Timer, l2_bytes, rotation_sets
 from . import dsl_kernels as K
-from .report import output_format, require
+from .report import geomean, output_format, require
 
 COPY_BYTES = 512 * 2**20
 TARGET_MIN_MB = 32.0
 TARGET_COPY_FRACTION = 0.85
+TARGET_GENERATED_OVER_OURS = 0.9
+"""Generated kernels' speed over the hand-written one's, at least (rows that have one)."""
+TARGET_GENERATED_OVER_INDUCTOR = 0.97
+"""Generated kernels' speed over inductor's, at least (rows without a hand-written kernel)."""
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -83,6 +102,9 @@ STATUS_OK = "ok"
 STATUS_BELOW = "below target"
 STATUS_FAIL = "FAIL"
 STATUS_ERROR = "ERROR"
+STATUS_FAIL_GENERATED = "FAIL (generated)"
+STATUS_ERROR_GENERATED = "ERROR (generated)"
+FAILED = (STATUS_FAIL, STATUS_ERROR, STATUS_FAIL_GENERATED, STATUS_ERROR_GENERATED)
 
 
 # ----------------------------------------------------------------------------- the kernels
@@ -93,17 +115,18 @@ class KernelBench:
     """One benchmarked op.
 
     ``make_inputs(rows, cols, dtype, device, generator)`` returns the input tensors;
-    ``torch_fn(*inputs)`` is the torch version (eager, what inductor compiles and, on
-    fp64 inputs, the reference); ``ours(*inputs, out=None, config=None)`` the DSL
-    launcher (named ``name`` in `dsl_kernels.LAUNCHERS`, whose autotuner picks its config).
-    ``flat``: the op sees a flat tensor of ``rows * cols`` elements. ``exact``: the
-    output is integer and must match exactly.
+    ``torch_fn(*inputs)`` is the torch version (eager, what inductor and inductor_lite
+    compile and, on fp64 inputs, the reference), returning a tensor or a tuple of
+    them; ``ours(*inputs, out=None, config=None)`` the hand-written DSL launcher (named
+    ``name`` in `dsl_kernels.LAUNCHERS`, whose autotuner picks its config), or None
+    where there is none. ``flat``: the op sees a flat tensor of ``rows * cols``
+    elements. ``exact``: the output is integer and must match exactly.
     """
 
     name: str
     make_inputs: Callable[..., tuple]
-    torch_fn: Callable[..., torch.Tensor]
-    ours: Callable[..., torch.Tensor]
+    torch_fn: Callable[..., Any]
+    ours: Optional[Callable[..., torch.Tensor]] = None
     flat: bool = False
     exact: bool = False
 
@@ -116,12 +139,49 @@ def _randn(shape, dtype, device, gen, scale=1.0, offset=0.0) -> torch.Tensor:
 LAYER_NORM_EPS = 1e-5
 RMS_NORM_EPS = 1e-6
 
+
+def _nchw(rows: int, cols: int) -> tuple[int, int, int, int]:
+    """An image batch shape (N, C, H, W) with N * C = rows and H * W = cols: N =
+    gcd(rows, 64) images, H the largest divisor of cols up to its square root."""
+    n = math.gcd(rows, 64)
+    h = max(d for d in range(1, math.isqrt(cols) + 1) if cols % d == 0)
+    return n, rows // n, h, cols // h
+
+
+def _cross_entropy_inputs(r, c, dt, dev, g) -> tuple:
+    """Logits (rows, cols) and one int64 class index a row."""
+    return _randn((r, c), dt, dev, g, scale=2.0), torch.randint(0, c, (r,), device=dev, generator=g)
+
+
+def _softmax_backward_inputs(r, c, dt, dev, g) -> tuple:
+    """The output's gradient and the softmax output the forward saved."""
+    return _randn((r, c), dt, dev, g), torch.softmax(_randn((r, c), dt, dev, g, scale=3.0), -1)
+
+
+def _layer_norm_backward_inputs(r, c, dt, dev, g) -> tuple:
+    """The output's gradient, the input, the mean and 1/std the forward saved (computed
+    here once, by the device's own forward: fp32 for half inputs on CUDA), the weight."""
+    x, w, b = _randn((r, c), dt, dev, g, scale=2.0, offset=0.5), _randn(c, dt, dev, g), _randn(c, dt, dev, g)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [c], w, b, LAYER_NORM_EPS)
+    return _randn((r, c), dt, dev, g), x, mean, rstd, w
+
+
+def _layer_norm_backward(grad, x, mean, rstd, w):
+    # The bias is read for its shape and dtype only (grad_bias has them): the weight
+    # stands in, so no input goes unread.
+    return torch.ops.aten.native_layer_norm_backward(grad, x, [x.shape[-1]], mean, rstd, w, w, [True, True, True])
+
+
 BENCHES = {
     b.name: b
     for b in [
         KernelBench(
             "add", lambda r, c, dt, dev, g: (_randn(r * c, dt, dev, g), _randn(r * c, dt, dev, g)),
             lambda a, b: a + b, K.add, flat=True,
+        ),
+        KernelBench(
+            "transpose_add", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g),),
+            lambda x: x.t().contiguous() + 1,
         ),
         KernelBench(
             "bias_gelu", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g), _randn(c, dt, dev, g)),
@@ -132,6 +192,15 @@ BENCHES = {
             lambda x: torch.softmax(x, -1), K.softmax,
         ),
         KernelBench(
+            "log_softmax", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, scale=3.0),),
+            lambda x: torch.log_softmax(x, -1),
+        ),
+        KernelBench(
+            "softmax_backward", _softmax_backward_inputs,
+            lambda grad, out: torch.ops.aten._softmax_backward_data(grad, out, -1, grad.dtype),
+        ),
+        KernelBench("cross_entropy", _cross_entropy_inputs, lambda x, target: F.cross_entropy(x, target)),
+        KernelBench(
             "layer_norm",
             lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, scale=2.0, offset=0.5), _randn(c, dt, dev, g),
                                       _randn(c, dt, dev, g)),
@@ -139,13 +208,36 @@ BENCHES = {
             functools.partial(K.layer_norm, eps=LAYER_NORM_EPS),
         ),
         KernelBench(
+            "add_layer_norm",
+            lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, scale=2.0, offset=0.5), _randn((r, c), dt, dev, g),
+                                      _randn(c, dt, dev, g), _randn(c, dt, dev, g)),
+            lambda x, y, w, b: F.layer_norm(x + y, (x.shape[-1],), w, b, LAYER_NORM_EPS),
+        ),
+        KernelBench("layer_norm_backward", _layer_norm_backward_inputs, _layer_norm_backward),
+        KernelBench(
             "rms_norm", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, offset=0.25), _randn(c, dt, dev, g)),
             lambda x, w: F.rms_norm(x, (x.shape[-1],), w, RMS_NORM_EPS),
             functools.partial(K.rms_norm, eps=RMS_NORM_EPS),
         ),
         KernelBench(
+            "var_mean", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, scale=2.0, offset=0.5),),
+            lambda x: torch.var_mean(x, -1),
+        ),
+        KernelBench(
             "row_sum", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, offset=0.1),),
             lambda x: x.sum(-1), K.row_sum,
+        ),
+        KernelBench(
+            "col_sum", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g, offset=0.1),),
+            lambda x: x.sum(0),
+        ),
+        KernelBench(
+            "full_sum", lambda r, c, dt, dev, g: (_randn(r * c, dt, dev, g, offset=0.1),),
+            lambda x: x.sum(), flat=True,
+        ),
+        KernelBench(
+            "global_avg_pool", lambda r, c, dt, dev, g: (_randn(_nchw(r, c), dt, dev, g, offset=0.1),),
+            lambda x: x.mean((2, 3)),
         ),
         KernelBench(
             "row_argmax", lambda r, c, dt, dev, g: (_randn((r, c), dt, dev, g),),
@@ -153,14 +245,15 @@ BENCHES = {
         ),
     ]
 }
-"""Every benchmark, in report order."""
+"""Every benchmark, in report order (each op family together)."""
 
 
 # ----------------------------------------------------------------------------- correctness
 
 
-def compare(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, exact: bool) -> Optional[str]:
-    """Check ``got`` against the fp64 (or integer) reference ``ref``.
+def compare(got: Any, ref: Any, dtype: torch.dtype, exact: bool) -> Optional[str]:
+    """Check ``got`` against the fp64 (or integer) reference ``ref``, tensors or tuples
+    of them (each output in turn).
 
     Floats pass where ``|got - ref| <= rtol * (|ref| + rms(ref))``, ``rtol`` =
     `TOLERANCE` of ``dtype`` (the inputs' dtype); NaN never passes. ``exact``: equal.
@@ -168,6 +261,11 @@ def compare(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, exact: boo
     Returns:
         ``None`` when it matches, else a short description of the mismatch.
     """
+    if isinstance(ref, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(ref):
+            return f"{type(got).__name__} returned, expected {len(ref)} outputs"
+        problems = (compare(g, r, dtype, exact) for g, r in zip(got, ref))
+        return next((f"output {i}: {p}" for i, p in enumerate(problems) if p), None)
     if got.shape != ref.shape:
         return f"shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
     if exact:
@@ -182,6 +280,11 @@ def compare(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, exact: boo
         return None
     first = tuple(int(i) for i in bad.nonzero()[0])
     return f"{n_bad}/{bad.numel()} wrong, first at {first}: got {got[first].item():.6g}, want {ref[first].item():.6g}"
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of a tensor or of every tensor in a tuple."""
+    return sum(t.nbytes for t in (value if isinstance(value, (tuple, list)) else (value,)))
 
 
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:
@@ -213,7 +316,9 @@ def copy_bandwidth(device: torch.device, timer: Timer) -> float:
 @dataclasses.dataclass
 class Row:
     """One (kernel, dtype, shape) result; times in microseconds, bandwidths in GB/s,
-    ``mb`` the first input's size in MB, ``bytes`` what one call must move."""
+    ``mb`` the first input's size in MB, ``bytes`` what one call must move.
+    ``pct_of_copy`` is ours, ``x_over_y`` how many times faster x ran than y (y's time
+    over x's); ``generated`` is what ``torch.compile(backend="inductor_lite")`` runs."""
 
     kernel: str
     dtype: str
@@ -221,35 +326,48 @@ class Row:
     mb: float
     bytes: int
     copy_gbs: float
-    config: str = ""
+    config: str = "-"
     ours_us: Optional[float] = None
     eager_us: Optional[float] = None
     inductor_us: Optional[float] = None
+    generated_us: Optional[float] = None
     ours_gbs: Optional[float] = None
     eager_gbs: Optional[float] = None
     inductor_gbs: Optional[float] = None
+    generated_gbs: Optional[float] = None
     pct_of_copy: Optional[float] = None
+    generated_pct_of_copy: Optional[float] = None
     ours_over_inductor: Optional[float] = None
+    generated_over_ours: Optional[float] = None
+    generated_over_inductor: Optional[float] = None
+    generated_code: str = ""
     status: str = STATUS_OK
     note: str = ""
 
     @property
     def targeted(self) -> bool:
-        """Whether the 85%-of-copy / beat-inductor target applies (inputs >= 32 MB)."""
-        return self.mb >= TARGET_MIN_MB
+        """Whether the target applies: inputs >= 32 MB, and ours or generated timed."""
+        return self.mb >= TARGET_MIN_MB and (self.ours_us is not None or self.generated_us is not None)
 
     @property
     def failed(self) -> bool:
-        return self.status in (STATUS_FAIL, STATUS_ERROR)
+        return self.status in FAILED
+
+    def fail(self, status: str) -> None:
+        """Mark the row failed; the first failure (ours is checked first) names it."""
+        if not self.failed:
+            self.status = status
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What one run measures: device, timer, whether to run inductor, seed."""
+    """What one run measures: device, timer, whether to run inductor and the generated
+    kernels (inductor_lite), seed."""
 
     device: torch.device
     timer: Timer
     inductor: bool = True
+    generated: bool = True
     seed: int = 0
 
 
@@ -258,114 +376,164 @@ def _describe(error: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _choose_config(bench: KernelBench, inputs: tuple, notes: list[str]) -> Any:
-    """The config ours runs with: the autotuner's pick (timing the candidates on these
-    inputs on CUDA), or None with a note when every candidate failed."""
-    try:
-        return K.choose_config(bench.name, *inputs)
-    except Exception as error:  # noqa: BLE001 - reported as the row's ERROR
-        notes.append(f"ours: {_describe(error)}")
-        return None
-
-
-def _check_ours(bench: KernelBench, inputs: tuple, ref: torch.Tensor, like: torch.Tensor, dtype: torch.dtype,
-                config: Any) -> Optional[str]:
-    """Run ours with ``config`` into a poisoned copy of ``like`` (eager's output) and
-    compare with ``ref``; None when it matches."""
-    out = poisoned_like(like)
-    bench.ours(*inputs, out=out, config=config)
-    return compare(out, ref, dtype, bench.exact)
-
-
-def _ours_calls(bench: KernelBench, sets: list[tuple], config: Any) -> list[Callable[[], Any]]:
-    return [functools.partial(bench.ours, *s, config=config) for s in sets]
-
-
 def measure(bench: KernelBench, rows: int, cols: int, dtype: torch.dtype, copy_gbs: float,
             settings: Settings) -> Row:
-    """Check and time one (kernel, dtype, shape) for ours, eager and inductor.
+    """Check and time one (kernel, dtype, shape) for ours, eager, inductor and generated.
 
-    Errors never propagate: ours raising gives status ERROR, ours wrong FAIL (neither
-    is timed); eager or inductor failing leaves their columns empty with a note; a
+    Errors never propagate: ours raising gives status ERROR, ours wrong FAIL, the
+    generated kernels ERROR (generated) and FAIL (generated) (a failed contender is not
+    timed); eager or inductor failing leaves their columns empty with a note; a
     contender that cannot be captured into a CUDA graph (``--timing graphs``) leaves
     the row untimed, status ERROR.
     """
     device = settings.device
     inputs = bench.make_inputs(rows, cols, dtype, device, torch.Generator(device).manual_seed(settings.seed))
-    notes: list[str] = []
-    config = _choose_config(bench, inputs, notes)
     row = Row(bench.name, _dtype_name(dtype), f"{rows * cols}" if bench.flat else f"{rows}x{cols}",
-              inputs[0].nbytes / 1e6, 0, copy_gbs, config=str(config or "-"))
-    if config is None:
-        row.status = STATUS_ERROR
-    compiled = _check_all(bench, inputs, dtype, config, settings, row, notes)
+              inputs[0].nbytes / 1e6, 0, copy_gbs)
+    notes: list[str] = []
+    contenders = check_contenders(bench, inputs, dtype, settings, row, notes)
     sets = rotation_sets(inputs, row.bytes, l2_bytes(device))
-    contenders = {"eager": [functools.partial(bench.torch_fn, *s) for s in sets]}
-    if not row.failed:
-        contenders["ours"] = _ours_calls(bench, sets, config)
-    if compiled is not None:
-        contenders["inductor"] = [functools.partial(compiled, *s) for s in sets]
     try:
-        times = settings.timer.median_seconds(list(contenders.values()))
+        times = settings.timer.median_seconds([[functools.partial(fn, *s) for s in sets]
+                                               for fn in contenders.values()])
     except RuntimeError as error:  # a contender cannot be captured into a CUDA graph: the row is untimed
-        row.status = STATUS_ERROR
+        row.fail(STATUS_ERROR)
         notes.append(f"timing ({', '.join(contenders)}): {_describe(error)}")
         times = []
     for name, seconds in zip(contenders, times):
         setattr(row, f"{name}_us", seconds * 1e6)
         setattr(row, f"{name}_gbs", row.bytes / seconds / 1e9)
-    if row.ours_us is not None:
-        row.pct_of_copy = 100 * row.ours_gbs / copy_gbs
-        if row.inductor_us is not None:
-            row.ours_over_inductor = row.inductor_us / row.ours_us
-        if device.type == "cuda" and row.targeted and not _meets_target(row):
+    _derive_ratios(row)
+    if device.type == "cuda" and row.targeted and not row.failed:
+        misses = target_misses(row)
+        if misses:
             row.status = STATUS_BELOW
+            notes.append(f"below target: {', '.join(misses)}")
     row.note = "; ".join(notes)
     return row
 
 
-def _check_all(bench: KernelBench, inputs: tuple, dtype: torch.dtype, config: Any, settings: Settings, row: Row,
-               notes: list[str]) -> Optional[Callable]:
-    """Check eager, ours (into a poisoned output) and inductor against the fp64
-    reference; set ``row.bytes`` and ``row.status``, add problems to ``notes``.
+def check_contenders(bench: KernelBench, inputs: tuple, dtype: torch.dtype, settings: Settings, row: Row,
+                     notes: list[str]) -> dict[str, Callable]:
+    """Check eager, ours (into a poisoned output), inductor and the generated kernels
+    against the fp64 reference; set ``row.bytes``, ``row.config``,
+    ``row.generated_code`` and ``row.status``, add problems to ``notes``.
 
     Returns:
-        The inductor-compiled function, or None (not asked for, or it failed).
+        ``{contender: fn(*inputs)}`` to time: eager always, inductor when it compiled
+        (a mismatch is only noted), ours and generated when they are right.
     """
     with torch.no_grad():
-        ref = bench.torch_fn(*[t.double() for t in inputs])
+        ref = bench.torch_fn(*[t.double() if t.is_floating_point() else t for t in inputs])
         eager_out = bench.torch_fn(*inputs)
-    row.bytes = sum(t.nbytes for t in inputs) + eager_out.nbytes
+    row.bytes = _nbytes(inputs) + _nbytes(eager_out)
     problem = compare(eager_out, ref, dtype, bench.exact)
     if problem:
         notes.append(f"eager mismatch: {problem}")
-    if config is not None:  # None: choosing it failed, and the row says why
-        try:
-            problem = _check_ours(bench, inputs, ref, eager_out, dtype, config)
-            if problem:
-                row.status = STATUS_FAIL
-                notes.append(f"ours mismatch: {problem}")
-        except Exception as error:  # noqa: BLE001 - one kernel's failure must not stop the run
-            row.status = STATUS_ERROR
-            notes.append(f"ours: {_describe(error)}")
-    if not settings.inductor:
-        return None
+    contenders = {"eager": bench.torch_fn}
+    if bench.ours is not None:
+        ours = _check_ours(bench, inputs, ref, eager_out, dtype, row, notes)
+        if ours is not None:
+            contenders["ours"] = ours
     torch._dynamo.reset()  # a fresh compile per shape: no recompile limit, no dynamic shapes
+    if settings.inductor:
+        try:
+            contenders["inductor"], out = _compile(bench, "inductor", inputs)
+            problem = compare(out, ref, dtype, bench.exact)
+            if problem:
+                notes.append(f"inductor mismatch: {problem}")
+        except Exception as error:  # noqa: BLE001 - report inductor's failure, keep measuring the others
+            notes.append(f"inductor: {_describe(error)}")
+    if settings.generated:
+        generated = _check_generated(bench, inputs, ref, dtype, row, notes)
+        if generated is not None:
+            contenders["generated"] = generated
+    return contenders
+
+
+def _check_ours(bench: KernelBench, inputs: tuple, ref: torch.Tensor, like: torch.Tensor, dtype: torch.dtype,
+                row: Row, notes: list[str]) -> Optional[Callable]:
+    """Ours with the autotuner's config (timing the candidates on these inputs on
+    CUDA), checked in a poisoned copy of ``like`` (eager's output); None when choosing
+    the config failed, or ours raised or was wrong."""
     try:
-        compiled = torch.compile(bench.torch_fn, backend="inductor", dynamic=False)
-        problem = compare(compiled(*inputs), ref, dtype, bench.exact)
-        if problem:
-            notes.append(f"inductor mismatch: {problem}")
-        return compiled
-    except Exception as error:  # noqa: BLE001 - report inductor's failure, keep measuring ours
-        notes.append(f"inductor: {_describe(error)}")
+        config = K.choose_config(bench.name, *inputs)
+        row.config = str(config)
+        out = poisoned_like(like)
+        bench.ours(*inputs, out=out, config=config)
+    except Exception as error:  # noqa: BLE001 - one kernel's failure must not stop the run
+        row.fail(STATUS_ERROR)
+        notes.append(f"ours: {_describe(error)}")
         return None
+    problem = compare(out, ref, dtype, bench.exact)
+    if problem:
+        row.fail(STATUS_FAIL)
+        notes.append(f"ours mismatch: {problem}")
+        return None
+    return functools.partial(bench.ours, config=config)
 
 
-def _meets_target(row: Row) -> bool:
-    fast_enough = row.pct_of_copy is not None and row.pct_of_copy >= 100 * TARGET_COPY_FRACTION
-    beats_inductor = row.ours_over_inductor is None or row.ours_over_inductor > 1.0
-    return fast_enough and beats_inductor
+def _check_generated(bench: KernelBench, inputs: tuple, ref: Any, dtype: torch.dtype, row: Row,
+                     notes: list[str]) -> Optional[Callable]:
+    """``torch.compile(backend="inductor_lite")`` of the torch expression, checked as it
+    returns; None when it raised or was wrong."""
+    reset_counters()  # what this compile makes, for the generated code column
+    try:
+        generated, out = _compile(bench, "inductor_lite", inputs)
+    except Exception as error:  # noqa: BLE001 - one compile's failure must not stop the run
+        row.fail(STATUS_ERROR_GENERATED)
+        notes.append(f"generated: {_describe(error)}")
+        return None
+    row.generated_code = (f"{counters['kernels_generated']} kernels, {counters['extern_calls']} extern"
+                          if not counters["graphs_fallback"] else "eager fallback")
+    problem = compare(out, ref, dtype, bench.exact)
+    if problem:
+        row.fail(STATUS_FAIL_GENERATED)
+        notes.append(f"generated mismatch: {problem}")
+        return None
+    return generated
+
+
+def _compile(bench: KernelBench, backend: str, inputs: tuple) -> tuple[Callable, Any]:
+    """``torch.compile`` of the torch expression for these shapes, and its first output."""
+    compiled = torch.compile(bench.torch_fn, backend=backend, dynamic=False)
+    return compiled, compiled(*inputs)
+
+
+def _speedup(us: Optional[float], other_us: Optional[float]) -> Optional[float]:
+    """How many times faster than ``other``; None unless both were timed."""
+    return None if us is None or other_us is None else other_us / us
+
+
+def _derive_ratios(row: Row) -> None:
+    if row.ours_gbs is not None:
+        row.pct_of_copy = 100 * row.ours_gbs / row.copy_gbs
+    if row.generated_gbs is not None:
+        row.generated_pct_of_copy = 100 * row.generated_gbs / row.copy_gbs
+    row.ours_over_inductor = _speedup(row.ours_us, row.inductor_us)
+    row.generated_over_ours = _speedup(row.generated_us, row.ours_us)
+    row.generated_over_inductor = _speedup(row.generated_us, row.inductor_us)
+
+
+def target_misses(row: Row) -> list[str]:
+    """What a timed row misses of its target (see the module docstring); empty when it
+    meets it. A ratio to a contender that was not run is not judged."""
+    copy_pct = 100 * TARGET_COPY_FRACTION
+    misses = []
+    if row.ours_us is not None:
+        if row.pct_of_copy < copy_pct:
+            misses.append(f"ours {row.pct_of_copy:.1f}% of copy")
+        if row.ours_over_inductor is not None and row.ours_over_inductor <= 1.0:
+            misses.append(f"ours/inductor {row.ours_over_inductor:.2f}")
+        if row.generated_over_ours is not None and row.generated_over_ours < TARGET_GENERATED_OVER_OURS:
+            misses.append(f"generated/ours {row.generated_over_ours:.2f}")
+    elif row.generated_us is not None:
+        if row.generated_over_inductor is not None and row.generated_over_inductor < TARGET_GENERATED_OVER_INDUCTOR:
+            misses.append(f"generated/inductor {row.generated_over_inductor:.2f}")
+        inductor_reaches_copy = row.inductor_gbs is not None and 100 * row.inductor_gbs / row.copy_gbs >= copy_pct
+        if inductor_reaches_copy and row.generated_pct_of_copy < copy_pct:
+            misses.append(f"generated {row.generated_pct_of_copy:.1f}% of copy")
+    return misses
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -383,10 +551,11 @@ def _console():
     console_mod = require("rich.console")
     console = console_mod.Console()
     # Without a terminal rich assumes 80 columns and would cut the table.
-    return console if console.is_terminal else console_mod.Console(width=220)
+    return console if console.is_terminal else console_mod.Console(width=250)
 
 
-_STATUS_STYLE = {STATUS_OK: "green", STATUS_BELOW: "yellow", STATUS_FAIL: "bold red", STATUS_ERROR: "bold red"}
+_STATUS_STYLE = {STATUS_OK: "green", STATUS_BELOW: "yellow", STATUS_FAIL: "bold red", STATUS_ERROR: "bold red",
+                 STATUS_FAIL_GENERATED: "bold red", STATUS_ERROR_GENERATED: "bold red"}
 
 
 def print_table(rows: list[Row], copy_gbs: float, device_name: str, console=None) -> None:
@@ -394,53 +563,81 @@ def print_table(rows: list[Row], copy_gbs: float, device_name: str, console=None
     table_mod = require("rich.table")
     escape = require("rich.markup").escape
     console = console or _console()
-    table = table_mod.Table(title=f"DSL kernels on {device_name}: copy bandwidth {copy_gbs:.0f} GB/s")
+    table = table_mod.Table(title=f"kernels on {device_name}: copy bandwidth {copy_gbs:.0f} GB/s")
     headers = ["kernel", "dtype", "shape", "MB", "ours GB/s", "% of copy", "eager GB/s", "inductor GB/s",
-               "ours/inductor", "status", "config", "note"]
+               "generated GB/s", "gen % of copy", "ours/inductor", "gen/ours", "gen/inductor", "status", "config",
+               "generated code", "note"]
     for h in headers:
-        left = h in ("kernel", "dtype", "shape", "status", "config", "note")
+        left = h in ("kernel", "dtype", "shape", "status", "config", "generated code", "note")
         table.add_column(h, justify="left" if left else "right", overflow="fold")
     for r in rows:
         style = _STATUS_STYLE[r.status]
         cells = [r.kernel, r.dtype, r.shape, f"{r.mb:.1f}", _fmt(r.ours_gbs, ".0f"), _fmt(r.pct_of_copy, ".1f"),
-                 _fmt(r.eager_gbs, ".0f"), _fmt(r.inductor_gbs, ".0f"), _fmt(r.ours_over_inductor, ".2f"),
-                 f"[{style}]{r.status}[/]", r.config, escape(r.note)]
+                 _fmt(r.eager_gbs, ".0f"), _fmt(r.inductor_gbs, ".0f"), _fmt(r.generated_gbs, ".0f"),
+                 _fmt(r.generated_pct_of_copy, ".1f"), _fmt(r.ours_over_inductor, ".2f"),
+                 _fmt(r.generated_over_ours, ".2f"), _fmt(r.generated_over_inductor, ".2f"),
+                 f"[{style}]{r.status}[/]", r.config, r.generated_code or "-", escape(r.note)]
         table.add_row(*cells)
     console.print(table)
 
 
 def summarize(rows: list[Row], cuda: bool) -> list[dict[str, Any]]:
     """Per kernel and dtype: rows, failures, and over the targeted rows (>= 32 MB, CUDA
-    only) how many met the target, the lowest % of copy and the lowest ours/inductor."""
+    only) how many met the target, the lowest % of copy (ours and generated) and the
+    lowest ours/inductor, generated/ours and generated/inductor."""
     out = []
     for key in dict.fromkeys((r.kernel, r.dtype) for r in rows):
         group = [r for r in rows if (r.kernel, r.dtype) == key]
         targeted = [r for r in group if cuda and r.targeted and not r.failed]
-        pcts = [r.pct_of_copy for r in targeted if r.pct_of_copy is not None]
-        ratios = [r.ours_over_inductor for r in targeted if r.ours_over_inductor is not None]
+
+        def lowest(field: str) -> Optional[float]:
+            return min((getattr(r, field) for r in targeted if getattr(r, field) is not None), default=None)
+
         out.append({
             "kernel": key[0], "dtype": key[1], "rows": len(group), "failed": sum(r.failed for r in group),
             "targeted": len(targeted), "met": sum(r.status == STATUS_OK for r in targeted),
-            "min_pct_of_copy": min(pcts, default=None), "min_ours_over_inductor": min(ratios, default=None),
+            "min_pct_of_copy": lowest("pct_of_copy"), "min_generated_pct_of_copy": lowest("generated_pct_of_copy"),
+            "min_ours_over_inductor": lowest("ours_over_inductor"),
+            "min_generated_over_ours": lowest("generated_over_ours"),
+            "min_generated_over_inductor": lowest("generated_over_inductor"),
         })
     return out
 
 
+def geomeans(rows: list[Row]) -> dict[str, Any]:
+    """Geomean speed of the generated kernels over ours (rows with a hand-written
+    kernel) and over inductor (every row), over the rows that timed both and did not
+    fail, and how many rows entered each."""
+    counted = [r for r in rows if not r.failed]
+    over_ours = [r.generated_over_ours for r in counted if r.generated_over_ours is not None]
+    over_inductor = [r.generated_over_inductor for r in counted if r.generated_over_inductor is not None]
+    return {"generated_over_ours": geomean(over_ours), "rows_vs_ours": len(over_ours),
+            "generated_over_inductor": geomean(over_inductor), "rows_vs_inductor": len(over_inductor)}
+
+
 def print_summary(rows: list[Row], cuda: bool, console=None) -> None:
-    """The compact summary (per kernel and dtype) and a one-line verdict."""
+    """The compact summary (per kernel and dtype), the geomeans and a one-line verdict."""
     table_mod = require("rich.table")
     console = console or _console()
     summary = summarize(rows, cuda)
-    table = table_mod.Table(title=f"summary (target on inputs >= {TARGET_MIN_MB:g} MB: "
-                                  f">= {TARGET_COPY_FRACTION:.0%} of copy and faster than inductor)")
-    for h in ("kernel", "dtype", "correct", "target met", "min % of copy", "min ours/inductor"):
+    table = table_mod.Table(title=f"summary (target on inputs >= {TARGET_MIN_MB:g} MB: ours "
+                                  f">= {TARGET_COPY_FRACTION:.0%} of copy and faster than inductor, generated "
+                                  f">= {TARGET_GENERATED_OVER_OURS:g}x ours; without ours, generated "
+                                  f">= {TARGET_GENERATED_OVER_INDUCTOR:g}x inductor and "
+                                  f">= {TARGET_COPY_FRACTION:.0%} of copy where inductor is)")
+    for h in ("kernel", "dtype", "correct", "target met", "min % of copy", "min gen % of copy", "min ours/inductor",
+              "min gen/ours", "min gen/inductor"):
         table.add_column(h, justify="left" if h in ("kernel", "dtype") else "right")
     for s in summary:
         correct = f"{s['rows'] - s['failed']}/{s['rows']}"
         table.add_row(s["kernel"], s["dtype"], correct if not s["failed"] else f"[bold red]{correct}[/]",
                       f"{s['met']}/{s['targeted']}" if cuda else "-", _fmt(s["min_pct_of_copy"], ".1f"),
-                      _fmt(s["min_ours_over_inductor"], ".2f"))
+                      _fmt(s["min_generated_pct_of_copy"], ".1f"), _fmt(s["min_ours_over_inductor"], ".2f"),
+                      _fmt(s["min_generated_over_ours"], ".2f"), _fmt(s["min_generated_over_inductor"], ".2f"))
     console.print(table)
+    g = geomeans(rows)
+    console.print(f"geomean generated/ours {_fmt(g['generated_over_ours'], '.2f')} ({g['rows_vs_ours']} rows), "
+                  f"generated/inductor {_fmt(g['generated_over_inductor'], '.2f')} ({g['rows_vs_inductor']} rows)")
     failed = sum(s["failed"] for s in summary)
     met, targeted = sum(s["met"] for s in summary), sum(s["targeted"] for s in summary)
     verdict = f"correctness failures: {failed}"
@@ -450,7 +647,7 @@ def print_summary(rows: list[Row], cuda: bool, console=None) -> None:
 
 def write_output(rows: list[Row], path: str, meta: dict[str, Any]) -> None:
     """CSV (one line per row, the fields of `Row`) or JSON (``{"meta", "rows",
-    "summary"}``), by ``path``'s extension.
+    "summary", "geomeans"}``), by ``path``'s extension.
 
     Raises:
         ValueError: an extension other than .csv or .json.
@@ -463,7 +660,7 @@ def write_output(rows: list[Row], path: str, meta: dict[str, Any]) -> None:
             writer.writerows([_csv_cell(getattr(r, k)) for k in fields] for r in rows)
     else:
         payload = {"meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
-                   "summary": summarize(rows, meta["device"] == "cuda")}
+                   "summary": summarize(rows, meta["device"] == "cuda"), "geomeans": geomeans(rows)}
         with open(path, "w") as f:
             json.dump(payload, f, indent=2)
             f.write("\n")
@@ -515,7 +712,8 @@ def build_parser() -> argparse.ArgumentParser:
     cuda = torch.cuda.is_available()
     parser = argparse.ArgumentParser(
         prog="python -m inductor_lite.bench.kernels",
-        description="GB/s of the hand-written DSL kernels vs torch eager, torch.compile(backend='inductor') "
+        description="GB/s of the hand-written DSL kernels and of the kernels our compiler generates "
+                    "(torch.compile(backend='inductor_lite')) vs torch eager, torch.compile(backend='inductor') "
                     "and the device's copy bandwidth.",
     )
     parser.add_argument("--kernels", default="all", help=f"comma-separated: all, {', '.join(BENCHES)} (default: all)")
@@ -530,6 +728,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="CUDA timing: replays of a CUDA graph of back-to-back calls (default), or a CUDA "
                              "event after every call (each call also pays the event's cost)")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile(backend='inductor')")
+    parser.add_argument("--no-generated", action="store_true",
+                        help="skip torch.compile(backend='inductor_lite'), the generated kernels")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if cuda else "cpu",
                         help="default: cuda when available (cpu runs the DSL interpreter)")
     parser.add_argument("--output", help="also write the results to this .csv or .json file")
@@ -538,7 +738,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """Run the benchmark; returns 1 when a DSL kernel failed its correctness check, else 0."""
+    """Run the benchmark; returns 1 when a DSL kernel, hand-written or generated, failed
+    its correctness check, else 0."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -554,7 +755,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available (use --device cpu)")
     device = torch.device(args.device)
-    settings = Settings(device, timer, inductor=not args.no_inductor, seed=args.seed)
+    settings = Settings(device, timer, inductor=not args.no_inductor, generated=not args.no_generated,
+                        seed=args.seed)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
 
     copy_gbs = copy_bandwidth(device, timer)
@@ -590,9 +792,9 @@ def run(benches: list[KernelBench], dtypes: list[torch.dtype], sizes: list[tuple
                 seen.add(key)
                 row = measure(bench, r, c, dtype, copy_gbs, settings)
                 rows.append(row)
-                print(f"{row.kernel:10s} {row.dtype:4s} {row.shape:>12s}: ours {_fmt(row.ours_gbs, '.0f')} GB/s "
-                      f"({_fmt(row.pct_of_copy, '.1f')}% of copy), inductor {_fmt(row.inductor_gbs, '.0f')} GB/s "
-                      f"[{row.status}]", file=sys.stderr)
+                print(f"{row.kernel:19s} {row.dtype:4s} {row.shape:>12s}: ours {_fmt(row.ours_gbs, '.0f')} GB/s "
+                      f"({_fmt(row.pct_of_copy, '.1f')}% of copy), inductor {_fmt(row.inductor_gbs, '.0f')} GB/s, "
+                      f"generated {_fmt(row.generated_gbs, '.0f')} GB/s [{row.status}]", file=sys.stderr)
     return rows
 
 

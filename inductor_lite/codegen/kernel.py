@@ -1,6 +1,6 @@
 """Kernel codegen: one fused `KernelGroup` -> the source of one DSL kernel.
 
-The kernel is 1-D over the group's flat domain::
+A pointwise group ``(N, 1)`` becomes a 1-D kernel over ``xindex in [0, N)``::
 
     @dl.kernel
     def poi_fused_add_gelu_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: dl.constexpr):
@@ -12,13 +12,31 @@ The kernel is 1-D over the group's flat domain::
         ...
         dl.store(out_ptr0 + (xindex), tmp7, mask=xmask)
 
-Each node's ``inner_fn`` runs under `KernelCodegen`, an ``ops`` handler that emits
-one ``tmpN = ...`` line per op (common subexpressions reuse their variable). Loads of
-a buffer stored earlier in the same kernel reuse the stored value; buffers the
-scheduler removed are never stored. Index expressions are simplified over
-``xindex in [0, xnumel)`` and printed with ``//`` and ``%``; their
-``FloorDiv``/``ModularIndexing`` parts of ``xindex`` get names (``x0``...). Index
-math is int64 when any index or the domain may reach 2**31 (always for symbolic
+A reduction group ``(N, R)`` becomes a 2-D kernel over ``[XBLOCK, RBLOCK]`` tiles of
+rows ``xindex`` and reduced positions ``rindex`` (``reduction_axis`` 1: the tile's
+second axis is ``rindex``; 0 for *outer* reductions, whose outputs, not rows, are
+contiguous in memory, so that the tile's contiguous axis is the memory's):
+
+- *persistent* (``per_`` prefix; ``R`` static, ``RBLOCK`` its next power of two up to
+  `heuristics.PERSISTENT_MAX_RBLOCK`): the row is loaded once and stays in
+  registers; every reduction is one ``dl.sum``/``dl.max``/... along the r axis;
+- *looped* (``red_`` prefix): ``for roffset in range(0, rnumel, RBLOCK)`` loops with
+  ``[XBLOCK, RBLOCK]`` accumulators (Welford states for ``welford_reduce``), reduced
+  along the r axis after the loop. A node that needs a reduction computed in the
+  current loop starts a new loop; a row value computed in an earlier loop is
+  recomputed from its inputs (as TorchInductor's looped reductions re-read the row).
+
+Nodes run in graph order; each node's ``inner_fn`` runs under `KernelCodegen`, an
+``ops`` handler that emits one ``tmpN = ...`` line per op (common subexpressions reuse
+their variable). Each node is placed in the kernel by its `Placement`: a reduction
+reads at ``(xindex, rindex)``, a full-domain pointwise node (a prologue, or a consumer
+of the reduced rows) at ``xindex * R + rindex``, an x-only node (an epilogue) at
+``xindex``. Loads of a buffer computed earlier in the same kernel reuse the value;
+buffers the scheduler removed are never stored. Loads and stores are masked by the
+masks their index needs (``xmask``, ``rmask`` or both). Index expressions are
+simplified over ``xindex in [0, xnumel)``, ``rindex in [0, rnumel)`` and printed with
+``//`` and ``%``; their ``FloorDiv``/``ModularIndexing`` parts get names (``x0``...).
+Index math is int64 when any index or the domain may reach 2**31 (always for symbolic
 sizes), int32 otherwise.
 
 Values of fp16/bf16 are computed in fp32 (the lowering converts), so operands of one
@@ -39,11 +57,13 @@ import torch
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..config import config
-from ..ir.indexing import Expr, abs_bound, flat_to_vars, simplify_index
-from ..ir.nodes import Pointwise
+from ..ir.indexing import Expr, abs_bound, simplify_index
+from ..ir.nodes import Reduction
 from ..ir.ops import OpsHandler, set_ops_handler
-from ..scheduler.dependencies import FLAT
+from ..scheduler.dependencies import FLAT, RFLAT
 from ..scheduler.fusion import KernelGroup
+from . import heuristics
+from .heuristics import Config
 from .printer import kexpr
 
 INT32_INDEX_LIMIT = 2 ** 31 - 2 ** 20
@@ -104,41 +124,29 @@ class KernelSource:
         source: the ``@dl.kernel`` function's text.
         call_args: runtime arguments in order: ``('buffer', name)`` for a tensor,
             ``('expr', sympy)`` for an integer the wrapper computes.
-        numel: the flat domain size (sympy).
-        xblock, num_warps: launch parameters.
+        numel, rnumel: the group; the grid is ``cdiv(numel, XBLOCK)`` programs.
+        configs: launch candidates (block sizes are the kernel's constexprs), the
+            untuned default first (`heuristics`).
     """
 
     name: str
     source: str
     call_args: list[tuple[str, Any]]
     numel: Expr
-    xblock: int
-    num_warps: int
+    rnumel: Expr
+    configs: list[Config]
 
-
-def _next_power_of_2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def choose_block(numel: Expr) -> tuple[int, int]:
-    """(XBLOCK, num_warps): ``config.xblock`` shrunk to the next power of 2 >= numel for
-    small static sizes; ``config.num_warps`` halved while a block has under 32 elements
-    per warp (an idle warp is pure overhead)."""
-    xblock = config.xblock
-    if sympy.sympify(numel).is_number:
-        xblock = min(xblock, _next_power_of_2(max(int(numel), 1)))
-    num_warps = config.num_warps
-    while num_warps > 1 and xblock < 32 * num_warps:
-        num_warps //= 2
-    return xblock, num_warps
+    @property
+    def config(self) -> Config:
+        return self.configs[0]
 
 
 def needs_int64(group: KernelGroup) -> bool:
     """Whether any index of the group (or its domain) may exceed int32."""
-    limits = [group.numel]
+    limits = [group.numel * group.rnumel]
     for node in group.nodes:
         rw = node.read_writes
-        var_ranges = dict(zip(rw.writes[0].var_names, rw.writes[0].size))
+        var_ranges = dict(zip(rw.x_vars + rw.r_vars, rw.ranges + rw.reduction_ranges))
         for expr in [d.index for d in rw.reads + rw.writes] + rw.index_exprs:
             bound = abs_bound(sympy.expand(expr), var_ranges)
             if bound is None:
@@ -151,32 +159,76 @@ def needs_int64(group: KernelGroup) -> bool:
     return False
 
 
-class KernelCodegen(OpsHandler):
-    """Ops handler that writes the body of one kernel (see the module docstring)."""
+_IDENTITIES = {"sum": 0, "prod": 1, "any": False, "all": True}
+_DSL_REDUCE = {"sum": "dl.sum", "prod": "dl.prod", "max": "dl.max", "min": "dl.min"}
 
-    def __init__(self, numel: Expr, index_dtype: torch.dtype, buffer_dtypes: Callable[[str], torch.dtype]):
-        self.numel = numel
+
+def reduction_identity(reduction_type: str, dtype: torch.dtype) -> Any:
+    """The value masked-off lanes contribute (``max``: -inf or the type's minimum)."""
+    if reduction_type in _IDENTITIES:
+        return _IDENTITIES[reduction_type]
+    if reduction_type in ("max", "argmax"):
+        return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min
+    return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
+
+
+class _Scope:
+    """Generated lines and the values valid in them (the kernel body, or one r loop)."""
+
+    def __init__(self, loop: bool):
+        self.loop = loop
+        self.lines: list[str] = []
+        self.cse: dict[str, CSEVar] = {}
+        self.values: dict[str, CSEVar] = {}  # buffer name -> value computed in this scope
+        self.pending: list = []  # looped: (node, accumulators, finish) reductions to finish after the loop
+
+
+class KernelCodegen(OpsHandler):
+    """Ops handler that writes the body of one kernel (see the module docstring).
+
+    Args:
+        numel, rnumel: the group. persistent: reduce in registers (``rnumel`` static).
+        reduction_axis: the tile axis ``rindex`` runs along (1, or 0 for outer reductions).
+        index_dtype: int32 or int64 index math.
+        buffer_dtypes: a buffer's dtype by name.
+    """
+
+    def __init__(self, numel: Expr, rnumel: Expr, persistent: bool, reduction_axis: int, index_dtype: torch.dtype,
+                 buffer_dtypes: Callable[[str], torch.dtype]):
+        self.numel, self.rnumel = numel, rnumel
+        self.is_reduction = rnumel != 1
+        self.persistent = persistent
+        self.axis = reduction_axis
         self.index_dtype = index_dtype
         self.buffer_dtypes = buffer_dtypes
-        self.lines: list[str] = []
+        self.ranges = {FLAT: numel, RFLAT: rnumel} if self.is_reduction else {FLAT: numel}
+        self.body = _Scope(loop=False)
+        self.scopes = [self.body]
         self.index_lines: list[str] = []
-        self.cse: dict[str, CSEVar] = {}
         self.index_names: dict[Expr, sympy.Symbol] = {}
+        self.local_index_symbols: set[sympy.Symbol] = set()
         self.in_ptrs: dict[str, str] = {}
         self.out_ptrs: dict[str, str] = {}
         self.size_symbols: set[sympy.Symbol] = set()
-        self.stored: dict[str, tuple[Expr, CSEVar]] = {}
         self.masks: list[str] = []
+        self.producers: dict[str, Callable[[], CSEVar]] = {}  # full-domain nodes: recompute in a later loop
+        self.has_rmask = self.is_reduction and not (persistent and _is_power_of_2(rnumel))
         self._tmp_ids = itertools.count()
+
+    @property
+    def scope(self) -> _Scope:
+        return self.scopes[-1]
 
     # ------------------------------------------------------------------ helpers
 
     def _emit(self, text: str, dtype: torch.dtype) -> CSEVar:
-        var = self.cse.get(text)
-        if var is None:
-            var = CSEVar(f"tmp{next(self._tmp_ids)}", dtype)
-            self.cse[text] = var
-            self.lines.append(f"{var} = {text}")
+        for scope in reversed(self.scopes):
+            var = scope.cse.get(text)
+            if var is not None:
+                return var
+        var = CSEVar(f"tmp{next(self._tmp_ids)}", dtype)
+        self.scope.cse[text] = var
+        self.scope.lines.append(f"{var} = {text}")
         return var
 
     def _typed(self, x: CSEVar) -> CSEVar:
@@ -196,51 +248,201 @@ class KernelCodegen(OpsHandler):
                 return x.dtype
         return xs[0].dtype
 
+    def simplify(self, index: Expr) -> Expr:
+        return simplify_index(index, self.ranges)
+
     def index_str(self, index: Expr) -> str:
-        """DSL text of an index expression over ``xindex`` (simplified, parts named)."""
-        expr = simplify_index(index, {FLAT: self.numel})
-        parts = sorted((a for a in expr.atoms(FloorDiv, ModularIndexing) if a.has(FLAT)), key=sympy.default_sort_key)
-        replacements = {a: self._index_name(a) for a in parts}
-        expr = expr.xreplace(replacements)
-        self.size_symbols |= {s for s in expr.free_symbols if s != FLAT and s not in self.index_names.values()}
+        """DSL text of an index expression over ``xindex``/``rindex`` (simplified, parts named)."""
+        expr = self.simplify(index)
+        parts = sorted((a for a in expr.atoms(FloorDiv, ModularIndexing) if a.has(FLAT) or a.has(RFLAT)),
+                       key=sympy.default_sort_key)
+        expr = expr.xreplace({a: self._index_name(a) for a in parts})
+        self.size_symbols |= {s for s in expr.free_symbols
+                              if s not in (FLAT, RFLAT) and s not in self.index_names.values()
+                              and s not in self.local_index_symbols}
         return kexpr(expr)
 
     def _index_name(self, atom: Expr) -> sympy.Symbol:
+        self.size_symbols |= {s for s in atom.free_symbols if s not in (FLAT, RFLAT)}
+        if atom.has(RFLAT):  # changes with rindex: computed where it is used
+            symbol = sympy.Symbol(str(self._emit(kexpr(atom), self.index_dtype)), integer=True, nonnegative=True)
+            self.local_index_symbols.add(symbol)
+            return symbol
         name = self.index_names.get(atom)
         if name is None:
             name = sympy.Symbol(f"x{len(self.index_names)}", integer=True, nonnegative=True)
             self.index_names[atom] = name
-            self.size_symbols |= {s for s in atom.free_symbols if s != FLAT}
             self.index_lines.append(f"{name} = {kexpr(atom)}")
         return name
 
-    def _mask(self) -> str:
-        return self.masks[-1] if self.masks else "xmask"
+    def _index_mask(self, index: Expr) -> Optional[str]:
+        """The mask an access at ``index`` needs: by the index variables it uses."""
+        symbols = self.simplify(index).free_symbols
+        uses_r = self.has_rmask and RFLAT in symbols
+        if not self.is_reduction:
+            return "xmask"
+        if uses_r and FLAT in symbols:
+            return self._emit("xmask & rmask", torch.bool).text
+        if uses_r:
+            return "rmask"
+        return "xmask"
+
+    def _mask(self, index: Expr) -> Optional[str]:
+        base = self._index_mask(index)
+        if not self.masks:
+            return base
+        return self._emit(f"{base} & {self.masks[-1]}", torch.bool).text if base else self.masks[-1]
 
     # ------------------------------------------------------------------ memory
 
+    def _visible(self, name: str) -> Optional[CSEVar]:
+        for scope in reversed(self.scopes):
+            if name in scope.values:
+                return scope.values[name]
+        return None
+
     def load(self, name: str, index: Expr) -> CSEVar:
-        flat = simplify_index(index, {FLAT: self.numel})
-        if name in self.stored:
-            stored_index, value = self.stored[name]
-            if stored_index != flat:
-                raise AssertionError(f"fused kernel reads {name} at {flat} but computes it at {stored_index}")
+        value = self._visible(name)
+        if value is not None:
             return value
+        if name in self.producers:  # computed in an earlier loop of this kernel: compute again here
+            return self.producers[name]()
         ptr = self.in_ptrs.setdefault(name, f"in_ptr{len(self.in_ptrs)}")
-        text = f"dl.load({ptr} + ({self.index_str(index)}), mask={self._mask()})"
+        text = f"dl.load({ptr} + ({self.index_str(index)}), mask={self._mask(index)})"
         return self._emit(text, self.buffer_dtypes(name))
 
-    def store(self, name: str, index: Expr, value: CSEVar, keep: bool) -> None:
+    def store(self, name: str, index: Expr, value: CSEVar, keep: bool, scope: Optional[_Scope] = None) -> None:
         """Record ``value`` as element ``index`` of ``name``; write it to memory if ``keep``."""
-        flat = simplify_index(index, {FLAT: self.numel})
-        self.stored[name] = (flat, value)
-        if keep:
-            ptr = self.out_ptrs.setdefault(name, f"out_ptr{len(self.out_ptrs)}")
-            offset = self.index_str(index)
-            if not flat.has(FLAT):
-                # a store's pointer must be a block even when every lane writes one element
-                offset = f"dl.full([XBLOCK], {offset}, {dsl_dtype(self.index_dtype)})"
-            self.lines.append(f"dl.store({ptr} + ({offset}), {value}, mask=xmask)")
+        scope = scope or self.scope
+        scope.values[name] = value
+        if not keep:
+            return
+        ptr = self.out_ptrs.setdefault(name, f"out_ptr{len(self.out_ptrs)}")
+        offset = self.index_str(index)
+        symbols = self.simplify(index).free_symbols
+        if FLAT not in symbols and RFLAT not in symbols:
+            # a store's pointer must be a block even when every lane writes one element
+            shape = "[XBLOCK, 1]" if self.is_reduction and self.axis == 1 else \
+                "[1, XBLOCK]" if self.is_reduction else "[XBLOCK]"
+            offset = f"dl.full({shape}, {offset}, {dsl_dtype(self.index_dtype)})"
+        mask = self._index_mask(index)
+        scope.lines.append(f"dl.store({ptr} + ({offset}), {value}, mask={mask})")
+
+    # ------------------------------------------------------------------ loops
+
+    def open_loop(self) -> None:
+        scope = _Scope(loop=True)
+        scope.lines += ["rindex = roffset + rbase", "rmask = rindex < rnumel"]
+        self.scopes.append(scope)
+
+    def close_loop(self) -> None:
+        """End the current r loop: emit it, then finish its reductions after it."""
+        loop = self.scopes.pop()
+        self.scope.lines.append("for roffset in range(0, rnumel, RBLOCK):")
+        self.scope.lines += [f"    {line}" for line in loop.lines]
+        for finish in loop.pending:
+            finish()
+
+    def in_loop(self) -> bool:
+        return self.scope.loop
+
+    # ------------------------------------------------------------------ reductions
+
+    def _r_shape(self) -> str:
+        return "[XBLOCK, RBLOCK]" if self.axis == 1 else "[RBLOCK, XBLOCK]"
+
+    def _masked_value(self, value: CSEVar, identity: Any) -> CSEVar:
+        """``value`` as a full tile, masked-off lanes holding ``identity``."""
+        if self.has_rmask:
+            return self.where(CSEVar("rmask", torch.bool), value, self.constant(identity, value.dtype))
+        return self._emit(f"dl.broadcast_to({self._typed(value)}, {self._r_shape()})", value.dtype)
+
+    def reduction(self, dtype: torch.dtype, reduction_type: str, value: CSEVar) -> tuple[CSEVar, ...]:
+        """Emit the reduction of ``value`` over the r axis; returns its results (three for
+        ``welford_reduce``), shaped to broadcast against the tile. In a looped kernel
+        the results are defined after the current loop (`close_loop`)."""
+        key = f"reduction {reduction_type} {value}"
+        for scope in reversed(self.scopes):
+            if key in scope.cse:
+                return scope.cse[key].value
+        results = (self._persistent_reduction if self.persistent else self._looped_reduction)(
+            dtype, reduction_type, value)
+        self.scope.cse[key] = CSEVar(key, dtype, value=results)
+        return results
+
+    def _persistent_reduction(self, dtype, reduction_type, value) -> tuple[CSEVar, ...]:
+        axis = self.axis
+        if reduction_type == "welford_reduce":
+            weight = "rmask" if self.has_rmask else "1.0"
+            full = self._emit(f"dl.broadcast_to({self._typed(value)}, {self._r_shape()})", value.dtype)
+            names = [CSEVar(f"tmp{next(self._tmp_ids)}", dtype) for _ in range(3)]
+            self.scope.lines.append(f"{', '.join(map(str, names))} = "
+                                    f"dl.welford({full}, 0.0, {weight}, {axis}, keep_dims=True)")
+            return tuple(names)
+        masked = self._masked_value(value, reduction_identity(reduction_type, dtype))
+        if reduction_type in ("argmax", "argmin"):
+            return (self._emit(f"dl.{reduction_type}({masked}, {axis}, keep_dims=True)", torch.int32),)
+        if reduction_type in ("any", "all"):
+            fn = "dl.max" if reduction_type == "any" else "dl.min"
+            as_int = self._emit(f"{masked}.to(dl.int32)", torch.int32)
+            return (self._emit(f"{fn}({as_int}, {axis}, keep_dims=True) != 0", torch.bool),)
+        result_dtype = dtype if reduction_type not in ("sum", "prod") or dtype.is_floating_point else torch.int64
+        return (self._emit(f"{_DSL_REDUCE[reduction_type]}({masked}, {axis}, keep_dims=True)", result_dtype),)
+
+    def _accumulator(self, init: str, dtype: torch.dtype) -> CSEVar:
+        """A loop-carried ``[XBLOCK, RBLOCK]`` accumulator, initialised before the loop."""
+        var = CSEVar(f"acc{next(self._tmp_ids)}", dtype)
+        self.scopes[-2].lines.append(f"{var} = dl.full({self._r_shape()}, {init}, {dsl_dtype(dtype)})")
+        return var
+
+    def _looped_reduction(self, dtype, reduction_type, value) -> tuple[CSEVar, ...]:
+        axis, loop, outer = self.axis, self.scope, self.scopes[-2]
+        value = self._typed(value)
+        results = tuple(CSEVar(f"tmp{next(self._tmp_ids)}", d) for d in _result_dtypes(reduction_type, dtype))
+        if reduction_type == "welford_reduce":
+            mean, m2, weight = (self._accumulator("0.0", dtype) for _ in range(3))
+            loop.lines.append(f"{mean}, {m2}, {weight} = dl.welford_combine({mean}, {m2}, {weight}, "
+                              f"{value}, 0.0, rmask)")
+            final = f"dl.welford({mean}, {m2}, {weight}, {axis}, keep_dims=True)"
+            loop.pending.append(lambda: outer.lines.append(f"{', '.join(map(str, results))} = {final}"))
+            return results
+        identity = literal(reduction_identity(reduction_type, dtype), dtype)
+        if reduction_type in ("argmax", "argmin"):
+            best = self._accumulator(identity, dtype)
+            best_index = self._accumulator("0", torch.int32)
+            op = ">" if reduction_type == "argmax" else "<"
+            better = f"({value} {op} {best})"
+            if dtype.is_floating_point:  # NaN beats everything but NaN
+                better += f" | (dl.isnan({value}) & ~dl.isnan({best}))"
+            loop.lines += [f"{best}_better = rmask & ({better})",
+                           f"{best} = dl.where({best}_better, {value}, {best})",
+                           f"{best_index} = dl.where({best}_better, rindex, {best_index})"]
+            extreme = "dl.max" if reduction_type == "argmax" else "dl.min"
+            is_top = f"({best} == {best}_top)" + (f" | (dl.isnan({best}) & dl.isnan({best}_top))"
+                                                  if dtype.is_floating_point else "")
+
+            def finish():
+                outer.lines += [f"{best}_top = {extreme}({best}, {axis}, keep_dims=True)",
+                                f"{results[0]} = dl.min(dl.where({is_top}, {best_index}, rnumel), {axis}, "
+                                f"keep_dims=True)"]
+
+            loop.pending.append(finish)
+            return results
+        if reduction_type in ("any", "all"):
+            acc = self._accumulator("1" if reduction_type == "all" else "0", torch.int32)
+            combine = "dl.maximum" if reduction_type == "any" else "dl.minimum"
+            loop.lines.append(f"{acc} = dl.where(rmask, {combine}({acc}, {value}.to(dl.int32)), {acc})")
+            fn = "dl.max" if reduction_type == "any" else "dl.min"
+            loop.pending.append(lambda: outer.lines.append(
+                f"{results[0]} = {fn}({acc}, {axis}, keep_dims=True) != 0"))
+            return results
+        acc = self._accumulator(identity, results[0].dtype)
+        step = {"sum": f"{acc} + {value}", "prod": f"{acc} * {value}",
+                "max": f"dl.maximum({acc}, {value})", "min": f"dl.minimum({acc}, {value})"}[reduction_type]
+        loop.lines.append(f"{acc} = dl.where(rmask, {step}, {acc})")
+        loop.pending.append(lambda: outer.lines.append(
+            f"{results[0]} = {_DSL_REDUCE[reduction_type]}({acc}, {axis}, keep_dims=True)"))
+        return results
 
     # ------------------------------------------------------------------ values
 
@@ -278,7 +480,7 @@ class KernelCodegen(OpsHandler):
     def masked(self, mask: CSEVar, body: Callable[[], CSEVar], other: Any) -> CSEVar:
         if mask.is_literal and mask.value:
             return body()
-        combined = self._emit(f"{self._mask()} & {mask}", torch.bool)
+        combined = self._emit(f"{self.masks[-1]} & {mask}", torch.bool) if self.masks else mask
         self.masks.append(str(combined))
         try:
             result = body()
@@ -428,10 +630,66 @@ _MATH_FNS = ("abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsq
              "erf", "sin", "cos", "tan", "floor", "ceil", "trunc", "round")
 
 
-def kernel_name(group: KernelGroup, index: int) -> str:
-    """``poi_fused_<sorted op names>_<index>`` (at most 6 names, as TorchInductor does)."""
+def _result_dtypes(reduction_type: str, dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    if reduction_type == "welford_reduce":
+        return (dtype, dtype, dtype)
+    if reduction_type in ("argmax", "argmin"):
+        return (torch.int32,)
+    if reduction_type in ("any", "all"):
+        return (torch.bool,)
+    return (dtype,)
+
+
+def _is_power_of_2(n: Expr) -> bool:
+    n = sympy.sympify(n)
+    return n.is_number and int(n) > 0 and int(n) & (int(n) - 1) == 0
+
+
+def kernel_name(group: KernelGroup, index: int, persistent: bool) -> str:
+    """``poi_``/``per_``/``red_`` + ``fused_<sorted op names>_<index>`` (at most 6
+    names, as TorchInductor does): pointwise, persistent or looped reduction."""
     ops_used = sorted(set(group.origins().values()))
-    return "_".join(["poi_fused", *ops_used[:6], str(index)])
+    prefix = "poi" if not group.is_reduction else "per" if persistent else "red"
+    return "_".join([prefix, "fused", *ops_used[:6], str(index)])
+
+
+def reduction_axis(group: KernelGroup) -> int:
+    """0 when the group's reductions read along their outputs' contiguous dimension
+    (an *outer* reduction: ``rindex`` has a larger stride than ``xindex`` in the
+    largest read), else 1. Decided from the MemoryDep index expressions."""
+    best, axis = None, 1
+    for node in group.nodes:
+        if not node.is_reduction:
+            continue
+        rw = node.read_writes
+        placement = rw.placement(group.numel, group.rnumel)
+        for dep in rw.reads:
+            index = dep.kernel_index(placement, group.numel, group.rnumel)
+            x_stride = sympy.expand(index).coeff(FLAT)
+            r_stride = sympy.expand(index).coeff(RFLAT)
+            size = dep.numel()
+            if best is None or _static_size(size) > best:
+                best = _static_size(size)
+                axis = 0 if x_stride == 1 and r_stride != 1 and r_stride != 0 else 1
+    return axis
+
+
+def _static_size(n: Expr) -> int:
+    n = sympy.sympify(n)
+    return int(n) if n.is_number else 1 << 40
+
+
+def is_persistent(group: KernelGroup, axis: int) -> bool:
+    """Whether the group's rows are reduced in registers (static ``rnumel`` of at most
+    `heuristics.PERSISTENT_MAX_RBLOCK` after rounding, rows contiguous)."""
+    r = sympy.sympify(group.rnumel)
+    return (group.is_reduction and axis == 1 and r.is_number
+            and heuristics.next_power_of_2(int(r)) <= heuristics.PERSISTENT_MAX_RBLOCK)
+
+
+def _element_size(group: KernelGroup, buffer_dtypes: Callable[[str], torch.dtype], names) -> int:
+    sizes = [buffer_dtypes(n).itemsize for n in names]
+    return max(sizes) if sizes else 4
 
 
 def generate_kernel(group: KernelGroup, index: int, removed: set[str],
@@ -439,36 +697,87 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     """Source of the kernel computing ``group``; ``removed`` buffers are not stored.
 
     Raises:
-        NotImplementedError: a node that is not Pointwise, or a dtype the DSL lacks.
+        NotImplementedError: a dtype the DSL lacks.
     """
     index_dtype = torch.int64 if needs_int64(group) else torch.int32
-    cg = KernelCodegen(group.numel, index_dtype, buffer_dtypes)
+    axis = reduction_axis(group) if group.is_reduction else 1
+    persistent = is_persistent(group, axis)
+    cg = KernelCodegen(group.numel, group.rnumel, persistent, axis, index_dtype, buffer_dtypes)
+    looped = group.is_reduction and not persistent
+    pending_reductions: set[str] = set()  # reduction results of the open loop
     with set_ops_handler(cg):
         for node in group.nodes:
-            buffer = node.node
-            loops = buffer.data
-            if not isinstance(loops, Pointwise):
-                raise NotImplementedError(f"codegen of {type(loops).__name__} ({buffer.name})")
-            loop_index = flat_to_vars(FLAT, loops.ranges)
-            value = loops.inner_fn(loop_index)
-            value = cg.to_dtype(value, buffer.layout.dtype)
-            cg.store(buffer.name, buffer.store_index(loop_index), value, keep=buffer.name not in removed)
+            placement = node.read_writes.placement(group.numel, group.rnumel)
+            if looped:
+                if placement.role == "x" or node.read_names() & pending_reductions:
+                    if cg.in_loop():
+                        cg.close_loop()
+                        pending_reductions.clear()
+                if placement.role != "x" and not cg.in_loop():
+                    cg.open_loop()
+            _codegen_node(cg, node, placement, keep=node.name not in removed)
+            if looped and placement.role == "reduction":
+                pending_reductions.add(node.name)
+        if looped and cg.in_loop():
+            cg.close_loop()
 
-    name = kernel_name(group, index)
+    name = kernel_name(group, index, persistent)
     symbols = sorted(cg.size_symbols, key=lambda s: s.name)
-    params = [*cg.in_ptrs.values(), *cg.out_ptrs.values(), "xnumel", *(s.name for s in symbols)]
-    pid = "dl.program_id(0).to(dl.int64)" if index_dtype == torch.int64 else "dl.program_id(0)"
-    body = [
-        f"# FX nodes: {', '.join(group.origins())}",
-        f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK)",
-        "xmask = xindex < xnumel",
-        *cg.index_lines,
-        *cg.lines,
-    ]
-    source = "\n".join(
-        ["@dl.kernel", f"def {name}({', '.join(params)}, XBLOCK: dl.constexpr):"] + [f"    {line}" for line in body]
-    ) + "\n"
+    params = [*cg.in_ptrs.values(), *cg.out_ptrs.values(), "xnumel"]
     call_args: list[tuple[str, Any]] = [("buffer", n) for n in cg.in_ptrs] + [("buffer", n) for n in cg.out_ptrs]
-    call_args += [("expr", group.numel)] + [("expr", s) for s in symbols]
-    xblock, num_warps = choose_block(group.numel)
-    return KernelSource(name, source, call_args, group.numel, xblock, num_warps)
+    call_args.append(("expr", group.numel))
+    if group.is_reduction:
+        params.append("rnumel")
+        call_args.append(("expr", group.rnumel))
+    params += [s.name for s in symbols]
+    call_args += [("expr", s) for s in symbols]
+    pid = "dl.program_id(0).to(dl.int64)" if index_dtype == torch.int64 else "dl.program_id(0)"
+    body = [f"# FX nodes: {', '.join(group.origins())}"]
+    element_size = _element_size(group, buffer_dtypes, list(cg.in_ptrs) + list(cg.out_ptrs))
+    if not group.is_reduction:
+        body += [f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
+        constexprs = ["XBLOCK"]
+        configs = heuristics.pointwise(group.numel, element_size, config.xblock, config.num_warps)
+    else:
+        x_axis, r_axis = ("[:, None]", "[None, :]") if axis == 1 else ("[None, :]", "[:, None]")
+        body += [f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK){x_axis}", "xmask = xindex < xnumel"]
+        if persistent:
+            body.append(f"rindex = dl.arange(0, RBLOCK){r_axis}")
+            if cg.has_rmask:
+                body.append("rmask = rindex < rnumel")
+            configs = heuristics.persistent_reduction(group.numel, int(group.rnumel), element_size)
+        else:
+            body.append(f"rbase = dl.arange(0, RBLOCK){r_axis}")
+            configs = heuristics.reduction(group.numel, group.rnumel, element_size, axis)
+        constexprs = ["XBLOCK", "RBLOCK"]
+    body += cg.index_lines + cg.body.lines
+    signature = ", ".join(params + [f"{c}: dl.constexpr" for c in constexprs])
+    source = "\n".join(["@dl.kernel", f"def {name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
+    return KernelSource(name, source, call_args, group.numel, group.rnumel, configs)
+
+
+def _codegen_node(cg: KernelCodegen, node, placement, keep: bool) -> None:
+    """Emit one node's computation and store at its placement in the kernel."""
+    buffer = node.node
+    loops = buffer.data
+    exprs = dict(zip(placement.vars, placement.exprs))
+    x_index = [exprs[v] for v in node.read_writes.x_vars]
+    dtype = buffer.layout.dtype
+
+    def compute() -> CSEVar:
+        if isinstance(loops, Reduction):
+            r_index = [exprs[v] for v in node.read_writes.r_vars]
+            value = loops.inner_fn(x_index, r_index)
+            return cg.reduction(loops.src_dtype, loops.reduction_type, value)[loops.output_index]
+        return loops.inner_fn(x_index)
+
+    store_index = buffer.store_index(x_index)
+    if isinstance(loops, Reduction) and not cg.persistent:
+        loop, outer = cg.scope, cg.scopes[-2]
+        result = compute()  # defined once the loop closes: store it then
+        loop.pending.append(lambda: cg.store(buffer.name, store_index, cg.to_dtype(result, dtype), keep, outer))
+        return
+    value = cg.to_dtype(compute(), dtype)
+    if placement.role == "full" and cg.in_loop():
+        cg.producers[buffer.name] = lambda: cg.to_dtype(compute(), dtype)
+    cg.store(buffer.name, store_index, value, keep)

@@ -173,25 +173,26 @@ class WrapperCodegen:
         numel = sympy.sympify(kernel.numel)
         if numel.is_number and int(numel) == 0:
             return
-        if numel.is_number:
-            grid_x = str(math.ceil(int(numel) / kernel.xblock))
-        else:
-            grid_x = f"dl.cdiv({self._expr(numel)}, {kernel.xblock})"
         args = [value if kind == "buffer" else self._expr(value) for kind, value in kernel.call_args]
         device = self._kernel_device(kernel)
+        config = kernel.config
         if device is None or device.type != "cuda":
-            self.out.line(
-                f"{kernel.name}[{_tuple([grid_x])}]({', '.join(args)}, "
-                f"XBLOCK={kernel.xblock}, num_warps={kernel.num_warps})"
-            )
+            xblock = config.kwargs["XBLOCK"]
+            grid_x = str(math.ceil(int(numel) / xblock)) if numel.is_number else \
+                f"dl.cdiv({self._expr(numel)}, {xblock})"
+            constexprs = "".join(f", {k}={v}" for k, v in config.blocks)
+            self.out.line(f"{kernel.name}[{_tuple([grid_x])}]({', '.join(args)}{constexprs}, "
+                          f"num_warps={config.num_warps})")
             return
         kinds = _tuple([repr("tensor" if kind == "buffer" else "int") for kind, _ in kernel.call_args])
+        xnumel_position = [i for i, (kind, _) in enumerate(kernel.call_args) if kind == "expr"][0]
         launcher = f"launch_{kernel.name}"
+        configs = "[" + ", ".join(_config_source(c) for c in kernel.configs) + "]"
         self.bindings.append(
-            f"{launcher} = bind_launcher({kernel.name}, {self.out.device(device)}, {kinds}, "
-            f"num_warps={kernel.num_warps}, XBLOCK={kernel.xblock})"
+            f"{launcher} = bind_tuned_launcher({kernel.name}, {self.out.device(device)}, {kinds}, {configs}, "
+            f"xnumel_arg={xnumel_position})"
         )
-        self.out.line(f"{launcher}({_tuple([grid_x, '1', '1'])}, {', '.join(args)})")
+        self.out.line(f"{launcher}({', '.join(args)})")
 
     def _kernel_device(self, kernel: KernelSource) -> Optional[torch.device]:
         """The device of a kernel's tensor arguments; None when it has none or they disagree."""
@@ -272,7 +273,8 @@ class WrapperCodegen:
             ")",
         ]
         if self.bindings:
-            header.append("from inductor_lite.runtime.launcher import bind_launcher")
+            header.append("from inductor_lite.codegen.heuristics import Config")
+            header.append("from inductor_lite.runtime.tuned_launcher import bind_tuned_launcher")
         header += [
             "",
             "aten = torch.ops.aten",
@@ -289,6 +291,14 @@ class WrapperCodegen:
             guard = f"    with torch.cuda.device({self.guard_device.index}):"
             call = ["def call(args):", guard, *("    " + line for line in self.out.lines)]
         return "\n".join(header) + "\n\n\n" + "\n\n".join(kernels + bindings + ["\n".join(call)]) + "\n"
+
+
+def _config_source(config) -> str:
+    """Python source that rebuilds a `heuristics.Config`."""
+    blocks = ", ".join(f"{k}={v}" for k, v in config.blocks)
+    extra = (f", num_stages={config.num_stages}" if config.num_stages != 1 else "") + \
+        (f", maxnreg={config.maxnreg}" if config.maxnreg else "")
+    return f"Config.of({config.num_warps}{extra}, {blocks})"
 
 
 def _float(v: float) -> str:

@@ -1,11 +1,16 @@
 """The decomposition table AOTAutograd applies before lowering.
 
-Chosen from ``torch._decomp``: composite ops that decompose into pointwise ops we
-lower and fuse (activations and their backwards, pointwise loss backwards, addcmul &
-co.). Ops whose aten implementation beats a decomposition into pieces stay whole and
-become extern calls: layer_norm, softmax and their backwards, matmuls, convolution,
-attention, embedding, reductions. GELU, SiLU, sigmoid/tanh backward, threshold
-backward and dropout backward have direct lowerings, so they are not decomposed.
+Chosen from ``torch._decomp``: composite ops that decompose into pointwise ops and
+reductions we lower and fuse: activations and their backwards, pointwise loss
+backwards, addcmul & co., and (as TorchInductor does) softmax, log_softmax and
+``_safe_softmax`` with their backwards, LayerNorm, RMSNorm, GroupNorm and BatchNorm
+(training and inference) with their backwards, ``nll_loss`` forward and backward
+(cross-entropy reaches the graph as log_softmax + nll_loss), ``logsumexp`` and vector
+norms. Their pieces (``amax``, ``sum``, ``var_mean``, ``exp``, ...) lower to
+`Reduction` and `Pointwise` nodes that the scheduler fuses into one kernel per row
+pattern. Matmuls, convolution, attention and embedding stay whole and become extern
+calls. GELU, SiLU, sigmoid/tanh backward, threshold backward and dropout backward have
+direct lowerings, so they are not decomposed.
 """
 
 from __future__ import annotations
@@ -16,6 +21,26 @@ from torch._decomp import get_decompositions
 aten = torch.ops.aten
 
 DECOMPOSED_OPS = [
+    aten._fused_rms_norm,
+    aten._fused_rms_norm_backward,
+    aten._log_softmax,
+    aten._log_softmax_backward_data,
+    aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_functional,
+    aten._native_batch_norm_legit_no_training,
+    aten._safe_softmax,
+    aten._softmax,
+    aten._softmax_backward_data,
+    aten.linalg_vector_norm,
+    aten.logsumexp,
+    aten.native_batch_norm,
+    aten.native_batch_norm_backward,
+    aten.native_group_norm,
+    aten.native_group_norm_backward,
+    aten.native_layer_norm,
+    aten.native_layer_norm_backward,
+    aten.nll_loss_backward,
+    aten.nll_loss_forward,
     aten.addcdiv,
     aten.addcmul,
     aten.celu,

@@ -34,6 +34,7 @@ from ..ir.nodes import (
     Buffer, ComputedBuffer, ExternKernel, GenericView, InputBuffer, IRNode, Layout, MultiOutput,
     Pointwise, ReinterpretView, StorageBox, StridedInfo, as_strided_view, underlying_buffer,
 )
+from . import reductions  # noqa: F401 - registers the reduction lowerings
 from .lowerings import LOWERINGS, LoweringContext, NoLowering, lazy_origins, op_short_name
 from ..ir.ops import OpsHandler, set_ops_handler
 

@@ -91,7 +91,8 @@ class LoweringContext:
 
     @property
     def device(self) -> torch.device:
-        return self.val.device
+        val = self.val[0] if isinstance(self.val, (list, tuple)) else self.val
+        return val.device
 
     def arg_val(self, i: int):
         """The fake value of positional argument ``i`` of the node."""

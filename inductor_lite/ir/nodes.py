@@ -10,10 +10,11 @@ with a `Layout`; consumers then ``ops.load`` from that buffer.
 Views never copy: `ReinterpretView` is a new strided `Layout` over a realized buffer's
 memory, `GenericView` is an index remapping (``reindex``) over any node.
 
-Everything reduction-like, matmul, convolution, attention and every op without a
-lowering is an `ExternKernel` (an aten call on realized buffers, outputs laid out as
-the op's fake-tensor result says). `Reduction` is declared for the IR's shape but no
-lowering creates one yet.
+A `Reduction` reduces ``inner_fn(index, rindex)`` over its ``reduction_ranges`` for
+each point of its ``ranges``; it is always realized (a consumer loads its result).
+Matmul, convolution, attention and every op without a lowering is an `ExternKernel`
+(an aten call on realized buffers, outputs laid out as the op's fake-tensor result
+says).
 
 Index and size arithmetic is sympy throughout, so symbolic shapes work.
 """
@@ -166,16 +167,49 @@ class Pointwise(Loops):
     """One output element per point of ``ranges``: ``out[index] = inner_fn(index)``."""
 
 
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford_reduce")
+"""What a `Reduction` computes. ``argmax``/``argmin``: the first position (row-major over
+``reduction_ranges``) of the maximum/minimum, NaN counting as the extreme (as torch).
+``any``/``all`` reduce bool values. ``welford_reduce``: the mean, M2 (sum of squared
+deviations from the mean) and count of the values (Welford 1962; Chan, Golub and
+LeVeque 1979), one reduction with three outputs (`Reduction.output_index`)."""
+
+WELFORD_OUTPUTS = ("mean", "m2", "weight")
+
+
 @dataclasses.dataclass
 class Reduction(Loops):
-    """Reduces ``inner_fn(index, rindex)`` over ``reduction_ranges`` with ``reduction_type``.
+    """``out[index] = reduce(inner_fn(index, rindex) for rindex in reduction_ranges)``.
 
-    Declared for completeness of the IR; reductions are extern calls for now, so no
-    lowering creates this node and codegen rejects it.
+    ``ranges`` are the kept (x) sizes, ``reduction_ranges`` the reduced (r) sizes;
+    ``inner_fn`` returns values of ``src_dtype`` (the accumulation dtype: fp32 for
+    fp16/bf16 inputs) and the result is stored as ``dtype`` (int64 for
+    argmax/argmin). A ``welford_reduce`` is one reduction with three results: the
+    lowering realizes one buffer per `WELFORD_OUTPUTS` entry, each a copy of the node
+    differing only in ``output_index``; the scheduler always fuses them and codegen
+    computes the reduction once for all three.
     """
 
     reduction_ranges: list[Expr] = dataclasses.field(default_factory=list)
     reduction_type: str = "sum"
+    src_dtype: Optional[torch.dtype] = None
+    output_index: int = 0
+
+    def __post_init__(self):
+        if self.reduction_type not in REDUCTION_TYPES:
+            raise ValueError(f"unknown reduction type {self.reduction_type!r}; known: {REDUCTION_TYPES}")
+        if self.src_dtype is None:
+            self.src_dtype = self.dtype
+
+    def get_reduction_numel(self) -> Expr:
+        return product(self.reduction_ranges)
+
+    def reduction_vars(self, prefix: str = "r") -> list[sympy.Symbol]:
+        return [index_var(f"{prefix}{d}") for d in range(len(self.reduction_ranges))]
+
+    def value_key(self) -> tuple:
+        """Identifies the reduced values: the outputs of one Welford share it."""
+        return (id(self.inner_fn), self.reduction_type, self.src_dtype)
 
 
 class Buffer(LayoutNode):
@@ -208,7 +242,7 @@ class InputBuffer(Buffer):
 
 
 class ComputedBuffer(Buffer):
-    """A realized `Pointwise`: its elements are computed by a generated kernel."""
+    """A realized `Pointwise` or `Reduction`: its elements are computed by a generated kernel."""
 
     def __init__(self, name: str, layout: Layout, data: Loops):
         super().__init__(name, layout, data.origins)
@@ -422,10 +456,16 @@ class TextHandler(OpsHandler):
 
 
 def format_inner_fn(loops: Loops) -> str:
-    """The body of ``loops.inner_fn`` as text, one op per line, over index ``i0, i1, ...``."""
+    """The body of ``loops.inner_fn`` as text, one op per line, over index ``i0, i1, ...``
+    (and reduction index ``r0, r1, ...``)."""
     handler = TextHandler()
     with set_ops_handler(handler):
-        result = loops.inner_fn(loops.index_vars())
+        if isinstance(loops, Reduction):
+            result = loops.inner_fn(loops.index_vars(), loops.reduction_vars())
+            which = f"[{WELFORD_OUTPUTS[loops.output_index]}]" if loops.reduction_type == "welford_reduce" else ""
+            result = f"{loops.reduction_type}{which}({result}) over {loops.reduction_ranges}"
+        else:
+            result = loops.inner_fn(loops.index_vars())
     handler.lines.append(f"return {result}")
     return "\n".join(handler.lines)
 

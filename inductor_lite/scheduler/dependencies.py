@@ -2,10 +2,25 @@
 
 A `MemoryDep` says "this node touches buffer ``name`` at ``index``", where ``index``
 is a sympy expression over the node's loop variables ``var_names`` whose ranges are
-``size``. `MemoryDep.flat_index` rewrites the index over the row-major flat position
-in the node's iteration domain; two nodes with equal domains touch the same element
-at the same flat position exactly when their flat indices are equal, which is what
-fusion legality needs. A `StarDep` is a dependency on a whole buffer (extern calls).
+``size``: the x variables ``i0, i1, ...`` of its ``ranges`` and, for a `Reduction`,
+the r variables ``r0, r1, ...`` of its ``reduction_ranges``. A `StarDep` is a
+dependency on a whole buffer (extern calls).
+
+Every scheduled node has a *group* ``(numel, rnumel)``: its x domain size and its
+reduction size (1 for a Pointwise). A kernel of group ``(N, R)`` runs ``xindex`` over
+``[0, N)`` and ``rindex`` over ``[0, R)``; `kernel_vars` places a node in it:
+
+- a Reduction of group ``(N, R)``: its x variables from ``xindex``, its r variables
+  from ``rindex`` (row-major);
+- a Pointwise of ``N * R`` elements (a *full-domain* node: a reduction's prologue or
+  a consumer of its rows): its variables from the flat position ``xindex * R +
+  rindex``, split at a dimension boundary where the sizes allow;
+- a Pointwise of ``N`` elements (an *x-only* node: an epilogue such as ``mean``'s
+  division): its variables from ``xindex``.
+
+`MemoryDep.kernel_index` is the access under that placement, simplified: two nodes of
+one kernel touch the same element at the same ``(xindex, rindex)`` exactly when their
+kernel indices are equal, which is what fusion legality checks.
 
 Reads are found by running a node's ``inner_fn`` under `ReadRecorder`, an ``ops``
 handler that records every ``load`` and ignores everything else.
@@ -15,16 +30,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import sympy
 
-from ..ir.indexing import Expr, flat_to_vars, index_var, product, simplify_index
-from ..ir.nodes import ComputedBuffer
+from ..ir.indexing import Expr, flat_to_vars, index_var, known_equal, product, simplify_index
+from ..ir.nodes import ComputedBuffer, Reduction
 from ..ir.ops import OpsHandler, set_ops_handler
 
 FLAT = index_var("xindex")
-"""The flat index symbol: position in the row-major order of a node's iteration domain."""
+"""The x index symbol: position in the row-major order of a kernel's x domain."""
+RFLAT = index_var("rindex")
+"""The r index symbol: position in the row-major order of a kernel's reduction domain."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +60,14 @@ class MemoryDep:
         return product(self.size)
 
     def flat_index(self) -> Expr:
-        """``index`` as a canonical expression of `FLAT` over ``[0, numel)``."""
-        return _flat_index(self.index, self.var_names, self.size)
+        """``index`` over `FLAT` in a pointwise kernel over this access's whole domain."""
+        return _kernel_index(self.index, self.var_names, tuple(flat_to_vars(FLAT, self.size)), self.numel(),
+                             sympy.Integer(1))
+
+    def kernel_index(self, placement: "Placement", numel: Expr, rnumel: Expr) -> Expr:
+        """``index`` over `FLAT` and `RFLAT` in a kernel of group ``(numel, rnumel)``,
+        given the node's `Placement` there (see `kernel_vars`)."""
+        return _kernel_index(self.index, placement.vars, placement.exprs, numel, rnumel)
 
     def __str__(self) -> str:
         return f"MemoryDep({self.name}, {self.index}, {dict(zip(self.var_names, self.size))})"
@@ -60,10 +83,55 @@ class StarDep:
         return f"StarDep({self.name})"
 
 
-@functools.lru_cache(maxsize=8192)
-def _flat_index(index: Expr, var_names: tuple[sympy.Symbol, ...], size: tuple[Expr, ...]) -> Expr:
-    substitution = dict(zip(var_names, flat_to_vars(FLAT, size)))
-    return simplify_index(sympy.sympify(index).xreplace(substitution), {FLAT: product(size)})
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A node's loop variables ``vars`` as expressions ``exprs`` of `FLAT`/`RFLAT` in a
+    kernel, and its role there: ``reduction``, ``full`` (Pointwise over the whole
+    ``numel * rnumel`` domain) or ``x`` (Pointwise over the x domain only)."""
+
+    vars: tuple[sympy.Symbol, ...]
+    exprs: tuple[Expr, ...]
+    role: str
+
+
+def _split_point(ranges: Sequence[Expr], numel: Expr) -> Optional[int]:
+    """``k`` with ``prod(ranges[:k]) == numel``, or None."""
+    running: Expr = sympy.Integer(1)
+    for k in range(len(ranges) + 1):
+        if known_equal(running, numel):
+            return k
+        if k < len(ranges):
+            running = running * ranges[k]
+    return None
+
+
+def kernel_vars(x_vars: Sequence[sympy.Symbol], ranges: Sequence[Expr], r_vars: Sequence[sympy.Symbol],
+                reduction_ranges: Sequence[Expr], numel: Expr, rnumel: Expr) -> Optional[Placement]:
+    """Where a node with these loop variables sits in a kernel of group ``(numel,
+    rnumel)`` (see the module docstring), or None when it cannot be part of one."""
+    own_numel = product(ranges)
+    if r_vars:
+        if not (known_equal(own_numel, numel) and known_equal(product(reduction_ranges), rnumel)):
+            return None
+        exprs = flat_to_vars(FLAT, ranges) + flat_to_vars(RFLAT, reduction_ranges)
+        return Placement(tuple(x_vars) + tuple(r_vars), tuple(exprs), "reduction")
+    if known_equal(own_numel, numel):
+        return Placement(tuple(x_vars), tuple(flat_to_vars(FLAT, ranges)), "x" if rnumel != 1 else "full")
+    if rnumel == 1 or not known_equal(own_numel, numel * rnumel):
+        return None
+    k = _split_point(ranges, numel)
+    if k is not None:
+        exprs = flat_to_vars(FLAT, ranges[:k]) + flat_to_vars(RFLAT, ranges[k:])
+    else:
+        exprs = flat_to_vars(FLAT * rnumel + RFLAT, ranges)
+    return Placement(tuple(x_vars), tuple(exprs), "full")
+
+
+@functools.lru_cache(maxsize=16384)
+def _kernel_index(index: Expr, var_names: tuple, exprs: tuple, numel: Expr, rnumel: Expr) -> Expr:
+    substitution = dict(zip(var_names, exprs))
+    ranges = {FLAT: numel, RFLAT: rnumel} if rnumel != 1 else {FLAT: numel}
+    return simplify_index(sympy.sympify(index).xreplace(substitution), ranges)
 
 
 class ReadRecorder(OpsHandler):
@@ -92,12 +160,21 @@ class ReadRecorder(OpsHandler):
 
 @dataclasses.dataclass
 class ReadWrites:
-    """All accesses of one Pointwise node, in program order, and the index
-    expressions it computes with (``index_exprs``, over the same loop variables)."""
+    """All accesses of one Pointwise or Reduction node, in program order, and the
+    index expressions it computes with (``index_exprs``, over the same loop variables).
+    ``x_vars``/``ranges`` and ``r_vars``/``reduction_ranges`` are its loop variables
+    (no r variables for a Pointwise)."""
 
     reads: list[MemoryDep]
     writes: list[MemoryDep]
-    index_exprs: list[Expr] = dataclasses.field(default_factory=list)
+    index_exprs: list[Expr]
+    x_vars: tuple[sympy.Symbol, ...]
+    ranges: tuple[Expr, ...]
+    r_vars: tuple[sympy.Symbol, ...] = ()
+    reduction_ranges: tuple[Expr, ...] = ()
+
+    def placement(self, numel: Expr, rnumel: Expr) -> Optional[Placement]:
+        return kernel_vars(self.x_vars, self.ranges, self.r_vars, self.reduction_ranges, numel, rnumel)
 
     def read_names(self) -> set[str]:
         return {d.name for d in self.reads}
@@ -112,9 +189,16 @@ def extract_read_writes(buffer: ComputedBuffer) -> ReadWrites:
     if not isinstance(buffer, ComputedBuffer):
         raise TypeError(f"extract_read_writes needs a ComputedBuffer, got {type(buffer).__name__}")
     loops = buffer.data
-    var_names = loops.index_vars()
-    recorder = ReadRecorder(var_names, loops.ranges)
+    x_vars = loops.index_vars()
+    r_vars, r_ranges = [], []
+    if isinstance(loops, Reduction):
+        r_vars, r_ranges = loops.reduction_vars(), loops.reduction_ranges
+    recorder = ReadRecorder(x_vars + r_vars, list(loops.ranges) + list(r_ranges))
     with set_ops_handler(recorder):
-        loops.inner_fn(var_names)
-    write = MemoryDep(buffer.name, sympy.expand(buffer.store_index(var_names)), tuple(var_names), tuple(loops.ranges))
-    return ReadWrites(recorder.reads, [write], recorder.index_exprs)
+        if isinstance(loops, Reduction):
+            loops.inner_fn(x_vars, r_vars)
+        else:
+            loops.inner_fn(x_vars)
+    write = MemoryDep(buffer.name, sympy.expand(buffer.store_index(x_vars)), tuple(x_vars), tuple(loops.ranges))
+    return ReadWrites(recorder.reads, [write], recorder.index_exprs, tuple(x_vars), tuple(loops.ranges),
+                      tuple(r_vars), tuple(r_ranges))

@@ -1,21 +1,26 @@
-"""Fusion of Pointwise nodes into kernel groups.
+"""Fusion of Pointwise and Reduction nodes into kernel groups.
 
-A `KernelGroup` is the set of Pointwise scheduler nodes one generated kernel computes:
-all share the flat iteration domain ``[0, numel)``; each node maps the flat index to
-its own loop variables (row-major over its ranges).
+A `KernelGroup` is the set of scheduler nodes one generated kernel computes. It has a
+group ``(numel, rnumel)``: a pointwise kernel ``(N, 1)``, a reduction kernel ``(N, R)``
+(TorchInductor's node groups, ``codegen/simd.py``). Each node has a `Placement` in the
+kernel (`dependencies.kernel_vars`): a reduction, a full-domain pointwise node over
+``N * R`` elements, or an x-only pointwise node over ``N``.
 
 Two groups may fuse when (`fusion_blocker` returns None):
 
-- both have the same ``numel`` (provably, for symbolic sizes);
-- every read one makes of a buffer the other writes is at the flat index of that
-  write (so the value is in a register of the same program, no other program's
-  store is needed);
+- their groups agree: equal pointwise domains; a reduction group and a pointwise group
+  whose nodes fit it (``N * R`` or ``N`` elements); or equal reduction groups;
+- every read one makes of a buffer the other writes is at the *kernel index* of that
+  write (the same ``(xindex, rindex)``), so the value is computed by the same program
+  (no other program's store is needed): a reduction's result read by a full-domain
+  node must be read at its row, independently of ``rindex``;
 - fusing creates no cycle: no path from one to the other through a third group or
   extern in the dependency graph.
 
 Candidates are producer/consumer pairs and siblings reading a buffer at the same
-flat index; the score is the memory traffic saved (`fusion_score`). `fuse_groups`
-fuses greedily, best score first, until nothing changes (TorchInductor's scheme).
+kernel index; the score is the memory traffic saved (`fusion_score`). `fuse_groups`
+fuses greedily, best score first, until nothing changes (TorchInductor's scheme); the
+``fusion`` log artifact says why each candidate pair fused or did not.
 """
 
 from __future__ import annotations
@@ -27,24 +32,36 @@ import networkx as nx
 import sympy
 
 from ..ir.indexing import Expr, known_equal
+from .dependencies import Placement
 
 MAX_SIBLING_READERS = 32
 """Buffers read by more groups than this are not used to pair siblings (quadratic)."""
+
+Group = tuple[Expr, Expr]
 
 
 class KernelGroup:
     """Scheduler nodes fused into one kernel, in execution order.
 
     Attributes:
-        nodes: the Pointwise `SchedulerNode`s.
-        numel: their common flat domain size (sympy).
+        nodes: the `SchedulerNode`s (graph order, which is a topological order).
+        numel, rnumel: the group: x domain and reduction sizes (sympy; rnumel 1 for a
+            pointwise kernel).
         order: the smallest original position (for a stable schedule).
     """
 
-    def __init__(self, nodes: list):
+    def __init__(self, nodes: list, group: Optional[Group] = None):
         self.nodes = sorted(nodes, key=lambda n: n.order)
-        self.numel: Expr = self.nodes[0].numel
+        self.numel, self.rnumel = group if group is not None else self.nodes[0].group
         self.order = self.nodes[0].order
+
+    @property
+    def group(self) -> Group:
+        return self.numel, self.rnumel
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.rnumel != 1
 
     @property
     def names(self) -> list[str]:
@@ -58,13 +75,24 @@ class KernelGroup:
         written = self.writes()
         return {d.name for n in self.nodes for d in n.read_writes.reads} - written
 
-    def flat_reads(self, name: str) -> set[Expr]:
-        return {d.flat_index() for n in self.nodes for d in n.read_writes.reads if d.name == name}
+    def placements(self, group: Group) -> Optional[dict[str, Placement]]:
+        """Each node's placement in a kernel of ``group``; None if one does not fit."""
+        out = {}
+        for n in self.nodes:
+            placement = n.read_writes.placement(*group)
+            if placement is None:
+                return None
+            out[n.name] = placement
+        return out
 
-    def flat_write(self, name: str) -> Optional[Expr]:
+    def kernel_reads(self, name: str, group: Group, placements: dict[str, Placement]) -> set[Expr]:
+        return {d.kernel_index(placements[n.name], *group)
+                for n in self.nodes for d in n.read_writes.reads if d.name == name}
+
+    def kernel_write(self, name: str, group: Group, placements: dict[str, Placement]) -> Optional[Expr]:
         for n in self.nodes:
             if n.name == name:
-                return n.read_writes.writes[0].flat_index()
+                return n.read_writes.writes[0].kernel_index(placements[name], *group)
         return None
 
     def origins(self) -> dict[str, str]:
@@ -81,10 +109,20 @@ def _itemsize(node) -> int:
     return node.node.layout.dtype.itemsize
 
 
-def _lines_up(producer: KernelGroup, consumer: KernelGroup) -> bool:
+def merged_group(a: KernelGroup, b: KernelGroup) -> Optional[Group]:
+    """The group of a kernel computing both, or None when their groups disagree."""
+    if a.is_reduction and b.is_reduction:
+        same = known_equal(a.numel, b.numel) and known_equal(a.rnumel, b.rnumel)
+        return a.group if same else None
+    if a.is_reduction or b.is_reduction:
+        return a.group if a.is_reduction else b.group
+    return a.group if known_equal(a.numel, b.numel) else None
+
+
+def _lines_up(producer: KernelGroup, consumer: KernelGroup, group: Group, placements: dict) -> bool:
     for name in producer.writes() & consumer.reads():
-        write = producer.flat_write(name)
-        if any(read != write for read in consumer.flat_reads(name)):
+        write = producer.kernel_write(name, group, placements)
+        if any(read != write for read in consumer.kernel_reads(name, group, placements)):
             return False
     return True
 
@@ -98,14 +136,31 @@ def _creates_cycle(graph: nx.DiGraph, a, b) -> bool:
     return False
 
 
+def _describe(g: KernelGroup) -> str:
+    return f"({g.numel}, {g.rnumel})"
+
+
 def fusion_blocker(graph: nx.DiGraph, a: KernelGroup, b: KernelGroup) -> Optional[str]:
     """Why one kernel cannot compute both groups, or None when it can (see the module docstring)."""
-    if not known_equal(a.numel, b.numel):
-        return f"domains differ ({a.numel} vs {b.numel})"
-    if not (_lines_up(a, b) and _lines_up(b, a)):
-        return "a read does not line up with the write it depends on"
-    if _creates_cycle(graph, a, b):
+    blocker = _group_blocker(a, b)
+    if blocker is None and _creates_cycle(graph, a, b):
         return "fusing would create a cycle through another node"
+    return blocker
+
+
+def _group_blocker(a: KernelGroup, b: KernelGroup) -> Optional[str]:
+    """`fusion_blocker` without the cycle check."""
+    group = merged_group(a, b)
+    if group is None:
+        return f"groups differ: {_describe(a)} vs {_describe(b)}"
+    placements = {}
+    for g in (a, b):
+        placed = g.placements(group)
+        if placed is None:
+            return f"{g.names} do not fit a kernel of group ({group[0]}, {group[1]})"
+        placements.update(placed)
+    if not (_lines_up(a, b, group, placements) and _lines_up(b, a, group, placements)):
+        return "a read does not line up with the write it depends on (another row, or another rindex)"
     return None
 
 
@@ -114,15 +169,24 @@ def fusion_score(a: KernelGroup, b: KernelGroup, sizes: Callable[[str], Expr]) -
 
     A buffer one group writes and the other reads saves its read (and its write if
     nobody else needs it, which is not known here); a buffer both read at the same
-    flat index saves one read. ``sizes(name)`` gives a buffer's element count.
+    kernel index saves one read. ``sizes(name)`` gives a buffer's element count.
     """
+    group = merged_group(a, b)
+    if group is None:
+        return 0
+    placements = {}
+    for g in (a, b):
+        placed = g.placements(group)
+        if placed is None:
+            return 0
+        placements.update(placed)
     total = 0
     by_name = {n.name: n for n in itertools.chain(a.nodes, b.nodes)}
     for producer, consumer in ((a, b), (b, a)):
         for name in producer.writes() & consumer.reads():
             total += 2 * _static(sizes(name)) * _itemsize(by_name[name])
     for name in a.reads() & b.reads():
-        if a.flat_reads(name) & b.flat_reads(name):
+        if a.kernel_reads(name, group, placements) & b.kernel_reads(name, group, placements):
             total += _static(sizes(name))
     return total
 
@@ -156,7 +220,7 @@ def _candidate_pairs(graph: nx.DiGraph, groups: list[KernelGroup]) -> Iterable[t
 
 
 def _merge(graph: nx.DiGraph, a: KernelGroup, b: KernelGroup) -> KernelGroup:
-    fused = KernelGroup(a.nodes + b.nodes)
+    fused = KernelGroup(a.nodes + b.nodes, merged_group(a, b))
     preds = (set(graph.predecessors(a)) | set(graph.predecessors(b))) - {a, b}
     succs = (set(graph.successors(a)) | set(graph.successors(b))) - {a, b}
     graph.remove_nodes_from([a, b])
@@ -181,6 +245,9 @@ def fuse_groups(graph: nx.DiGraph, sizes: Callable[[str], Expr], log: Callable[[
             score = fusion_score(a, b, sizes)
             if score > 0:
                 scored.append((score, a, b))
+            else:
+                log(f"not fused: {a.names} {_describe(a)} + {b.names} {_describe(b)}: "
+                    f"{_group_blocker(a, b) or 'no memory traffic saved'}")
         scored.sort(key=lambda t: (-t[0], t[1].order, t[2].order))
         touched: set[KernelGroup] = set()
         fused_any = False
@@ -189,11 +256,11 @@ def fuse_groups(graph: nx.DiGraph, sizes: Callable[[str], Expr], log: Callable[[
                 continue
             blocker = fusion_blocker(graph, a, b)
             if blocker is not None:
-                log(f"not fused: {a.names} + {b.names} (score {score}): {blocker}")
+                log(f"not fused: {a.names} {_describe(a)} + {b.names} {_describe(b)} (score {score}): {blocker}")
                 continue
             fused = _merge(graph, a, b)
             touched.update((a, b, fused))
             fused_any = True
-            log(f"fused {a.names} + {b.names} (saves ~{score} bytes)")
+            log(f"fused {a.names} + {b.names} into group {_describe(fused)} (saves ~{score} bytes)")
         if not fused_any:
             return

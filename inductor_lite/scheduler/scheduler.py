@@ -2,8 +2,9 @@
 
 Steps:
 
-1. one scheduler node per realized buffer: `SchedulerNode` for a Pointwise
-   `ComputedBuffer` (reads/writes as `MemoryDep`s), `ExternSchedulerNode` for an
+1. one scheduler node per realized buffer: `SchedulerNode` for a Pointwise or
+   Reduction `ComputedBuffer` (reads/writes as `MemoryDep`s over its x and r
+   variables, a group ``(numel, rnumel)``), `ExternSchedulerNode` for an
    `ExternKernel` or `MultiOutput` (whole-buffer `StarDep` reads);
 2. dead nodes (pure, unread, not outputs) are dropped;
 3. a networkx DAG (edge ``u -> v``: ``v`` reads what ``u`` writes) over kernel groups
@@ -18,10 +19,11 @@ from __future__ import annotations
 from typing import Union
 
 import networkx as nx
+import sympy
 
 from ..ir.indexing import Expr
 from ..ir.nodes import (
-    Buffer, ComputedBuffer, ExternKernel, MultiOutput, format_node, iter_ir_leaves, underlying_buffer,
+    Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, format_node, iter_ir_leaves, underlying_buffer,
 )
 from ..logs import log_artifact
 from .dependencies import ReadWrites, StarDep, extract_read_writes
@@ -29,9 +31,10 @@ from .fusion import KernelGroup, fuse_groups
 
 
 class SchedulerNode:
-    """A Pointwise `ComputedBuffer` with its dependencies.
+    """A Pointwise or Reduction `ComputedBuffer` with its dependencies.
 
-    ``order`` is its position in the lowered graph; ``numel`` its domain size.
+    ``order`` is its position in the lowered graph; ``group`` is ``(numel, rnumel)``:
+    its x domain size and its reduction size (1 for a Pointwise).
     """
 
     def __init__(self, buffer: ComputedBuffer, order: int):
@@ -39,7 +42,13 @@ class SchedulerNode:
         self.name = buffer.name
         self.order = order
         self.read_writes: ReadWrites = extract_read_writes(buffer)
-        self.numel: Expr = buffer.data.get_numel()
+        data = buffer.data
+        rnumel = data.get_reduction_numel() if isinstance(data, Reduction) else sympy.Integer(1)
+        self.group: tuple[Expr, Expr] = (data.get_numel(), rnumel)
+
+    @property
+    def is_reduction(self) -> bool:
+        return isinstance(self.node.data, Reduction)
 
     def read_names(self) -> set[str]:
         return self.read_writes.read_names()
@@ -186,7 +195,7 @@ class Scheduler:
         for i, step in enumerate(self.steps):
             if isinstance(step, KernelGroup):
                 names = [f"{n}{' (removed)' if n in self.removed_buffers else ''}" for n in step.names]
-                lines.append(f"{i}: kernel over {step.numel} elements: {', '.join(names)}")
+                lines.append(f"{i}: kernel of group ({step.numel}, {step.rnumel}): {', '.join(names)}")
             else:
                 node = step.node
                 what = node.op_name if isinstance(node, ExternKernel) else f"{node.parent.name}[{node.index}]"
@@ -200,7 +209,7 @@ class Scheduler:
         parts = []
         for i, step in enumerate(self.steps):
             if isinstance(step, KernelGroup):
-                header = f"# step {i}: kernel group ({', '.join(step.names)}), numel {step.numel}"
+                header = f"# step {i}: kernel group ({', '.join(step.names)}), group ({step.numel}, {step.rnumel})"
                 body = "\n\n".join(
                     format_node(n.node) + (" [removed]" if n.name in self.removed_buffers else "")
                     for n in step.nodes
