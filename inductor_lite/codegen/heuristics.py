@@ -30,10 +30,10 @@ from typing import Optional
 
 import sympy
 
-PERSISTENT_MAX_RBLOCK = 16384
-"""Rows up to this many elements (as a power of two) may be reduced persistently. The
-hand-written kernels go to 32768; generated kernels keep more row-sized values alive
-(softmax's input and exponentials, a norm's centred row)."""
+PERSISTENT_MAX_RBLOCK = 32768
+"""Rows up to this many elements (as a power of two) are reduced persistently, as the
+hand-written kernels do: 32768 values over 32 warps are 32 registers a thread per
+row-sized value."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +124,7 @@ def persistent_reduction(numel, rnumel: int, element_size: int) -> list[Config]:
 
     def make(xblock: int, per_thread: int) -> Config:
         xblock = max(1, min(xblock, rows_cap))
-        return Config.of(_warps_for(xblock * rblock, per_thread, hi=16),
+        return Config.of(_warps_for(xblock * rblock, per_thread, hi=32 if rblock >= 16384 else 16),
                          XBLOCK=xblock, RBLOCK=rblock)
 
     if rblock <= 1024:
@@ -137,6 +137,8 @@ def persistent_reduction(numel, rnumel: int, element_size: int) -> list[Config]:
             xblock, warps = (2, warps) if warps == 4 else (1, warps // 2)
         default = Config.of(warps, XBLOCK=min(xblock, rows_cap), RBLOCK=rblock)
         options = [make(1, pt) for pt in (8, 16, 32, 64)] + ([make(2, 32)] if rblock <= 4096 else [])
+        if rblock >= 16384:
+            options = [o for o in options if rblock // (32 * o.num_warps) <= 64]
     return _unique([default] + options)
 
 

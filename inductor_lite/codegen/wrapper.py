@@ -11,7 +11,7 @@ one function::
             args.clear()                      # boxed convention: inputs can be freed early
             s0 = primals_1.size(0)            # size symbols from the inputs
             buf0 = empty_strided_cuda((s0, 16), (16, 1), torch.float32)
-            launch_poi_fused_add_0((dl.cdiv(16*s0, 1024), 1, 1), primals_1, primals_2, buf0, 16*s0)
+            launch_poi_fused_add_0(primals_1, primals_2, buf0, 16*s0)
             del primals_2
             buf1 = aten_mm_default(buf0, reinterpret_tensor(primals_1, (16, s0), (1, 16), 0))
             if buf1.stride() != (s0, 1) or buf1.size() != (s0, s0):
@@ -28,14 +28,16 @@ allocates with ``empty_strided_cpu``; allocations on a CUDA device other than th
 guarded one use ``empty_strided(..., device=...)``.
 
 Kernels on CPU tensors run in the DSL interpreter and are launched as
-``kernel[grid](*args, XBLOCK=..., num_warps=...)``. Kernels on a CUDA device are
-launched through a launcher bound once, when the module loads, to the kernel's device,
-argument kinds, constexprs and num_warps (``runtime.launcher.bind_launcher``)::
+``kernel[grid](*args, XBLOCK=..., num_warps=...)`` with the kernel's default config.
+Kernels on a CUDA device are launched through a launcher bound once, when the module
+loads, to the kernel's device, argument kinds and candidate configs
+(``runtime.tuned_launcher.bind_tuned_launcher``)::
 
-    launch_poi_fused_add_0 = bind_launcher(poi_fused_add_0, device_0, ("tensor", "tensor", "tensor", "int"),
-                                           num_warps=4, XBLOCK=1024)
+    launch_poi_fused_add_0 = bind_tuned_launcher(poi_fused_add_0, device_0, ("tensor", "tensor", "tensor", "int"),
+                                                 [Config.of(4, XBLOCK=1024), ...], xnumel_arg=3)
 
-so a launch re-checks only what the compiled binary assumes and the code does not fix.
+which picks a config per set of sizes (timing the candidates on the first call) and
+computes the grid, so a launch re-checks only what the compiled binary assumes and the code does not fix.
 
 `load_module` execs the source under a fake filename registered in `linecache`, so
 ``inspect.getsource`` (which the DSL uses to read kernels) and tracebacks work.
@@ -97,7 +99,7 @@ class WrapperCodegen:
         self.scheduler = scheduler
         self.out = _Writer()
         self.kernels: list[KernelSource] = []
-        self.bindings: list[str] = []  # module-level `launch_<kernel> = bind_launcher(...)` lines
+        self.bindings: list[str] = []  # module-level `launch_<kernel> = bind_tuned_launcher(...)` lines
         self.extern_ops: dict[str, str] = {}  # module-level name -> the op's path (`aten.mm.default`)
         self.guard_device: Optional[torch.device] = None  # the CUDA device `call` runs under
         self.defined_symbols: set[sympy.Symbol] = set()
