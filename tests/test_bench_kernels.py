@@ -1,11 +1,14 @@
-"""The DSL kernel benchmark: its kernels (`inductor_lite.bench.dsl_kernels`) and its
-CLI (`python -m inductor_lite.bench.kernels`).
+"""The kernel benchmark: its hand-written kernels (`inductor_lite.bench.dsl_kernels`)
+and its CLI (`python -m inductor_lite.bench.kernels`).
 
 On CPU the kernels run in the interpreter: every launcher matches torch on fresh
 random inputs (fp32 and bf16, non-power-of-2 columns) through each kernel variant
 (pointwise, 2-D tiles, persistent with one or several rows per program, looped),
-writing into poisoned outputs; bad input raises a clear error; the CLI runs with tiny
-sizes, writes its CSV, and exits 1 when a kernel is wrong. On a GPU (``gpu`` marker)
+writing into poisoned outputs; bad input raises a clear error; every row without a
+hand-written kernel checks out through eager, inductor and the generated kernels
+(``torch.compile(backend="inductor_lite")``) at tiny sizes; the CLI runs with tiny
+sizes, writes its CSV and JSON with the generated contender, judges the target, and
+exits 1 when a kernel, hand-written or generated, is wrong. On a GPU (``gpu`` marker)
 the kernels match torch at benchmark-like sizes and the harness times them.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import math
 import os
 import re
@@ -56,6 +60,8 @@ def _inputs(name: str, rows: int, cols: int, dtype: torch.dtype, seed: int = 0, 
     return bench.BENCHES[name].make_inputs(rows, cols, dtype, torch.device(device), gen)
 
 
+HAND_WRITTEN = [name for name, b in bench.BENCHES.items() if b.ours is not None]
+GENERATED_ONLY = [name for name, b in bench.BENCHES.items() if b.ours is None]
 ROW_KERNELS = ("softmax", "layer_norm", "rms_norm", "row_sum", "row_argmax")
 ROW_CONFIGS = {
     "default": None,
@@ -357,7 +363,7 @@ def _captured_launches(name: str, rows: int, cols: int, dtype: torch.dtype, monk
 
 @needs_assembler
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
-@pytest.mark.parametrize("name", list(bench.BENCHES))
+@pytest.mark.parametrize("name", HAND_WRITTEN)
 def test_benchmark_launches_compile_with_16_byte_loads(name, dtype, monkeypatch):
     """At the benchmark's sizes (and a looped width) each kernel compiles for sm_90,
     assembles, and reads its rows only in 16-byte vectors (argmax's second look at the
@@ -496,6 +502,10 @@ def test_compare_flags_nan_wrong_and_shape():
     idx = torch.arange(5)
     assert bench.compare(idx, idx.clone(), torch.float32, exact=True) is None
     assert bench.compare(idx.flip(0), idx, torch.float32, exact=True)
+    pair = (ref, ref[:3])  # several outputs (var_mean): each compared in turn
+    assert bench.compare((ref.float(), ref[:3].float()), pair, torch.float32, exact=False) is None
+    assert "output 1: shape (2,)" in bench.compare((ref, ref[:2]), pair, torch.float32, exact=False)
+    assert "expected 2 outputs" in bench.compare(ref, pair, torch.float32, exact=False)
 
 
 def test_parse_sizes_and_rotation():
@@ -509,6 +519,72 @@ def test_parse_sizes_and_rotation():
     sets = bench.rotation_sets((x, 1e-5), 100, l2=1000)  # 3 x 1000 bytes / 100 bytes per call
     assert len(sets) == 30 and sets[0][0] is x and sets[1][0] is not x and sets[1][1] == 1e-5
     assert torch.equal(sets[1][0], x)
+
+
+def _settings(**kwargs) -> bench.Settings:
+    device = torch.device("cpu")
+    return bench.Settings(device, bench.Timer(device, warmup=0, repeat=1), **kwargs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", GENERATED_ONLY)
+def test_rows_without_a_hand_written_kernel_check_out(name, dtype):
+    """At every tiny size (inductor at one), eager, inductor and the generated kernels
+    match the fp64 reference (no note) and are timed; there is no hand-written one."""
+    spec = bench.BENCHES[name]
+    for i, (rows, cols) in enumerate(bench.SIZES["tiny"]):
+        row = bench.measure(spec, rows, cols, dtype, 100.0, _settings(inductor=i == 1))
+        assert (row.status, row.note) == (bench.STATUS_OK, ""), row
+        assert row.ours_gbs is None and row.config == "-" and row.generated_over_ours is None
+        assert row.eager_gbs > 0 and row.generated_gbs > 0 and row.generated_code
+        assert (row.inductor_gbs is not None) == (i == 1)
+
+
+def test_new_rows_move_the_bytes_of_their_shapes():
+    """Outputs of the transposed shape, the column sums, a scalar; the image batch
+    splits rows into N * C and columns into H * W; LayerNorm backward reads the saved
+    mean and 1/std and writes three gradients."""
+    rows, cols, f = 6, 300, 4
+    assert bench._nchw(4096, 1024) == (64, 64, 32, 32) and bench._nchw(3, 37) == (1, 3, 1, 37)
+    expected = {
+        "transpose_add": 2 * rows * cols * f, "col_sum": (rows * cols + cols) * f, "full_sum": (rows * cols + 1) * f,
+        "var_mean": (rows * cols + 2 * rows) * f, "global_avg_pool": (rows * cols + rows) * f,
+        "cross_entropy": rows * cols * f + rows * 8 + f, "softmax_backward": 3 * rows * cols * f,
+        "layer_norm_backward": (3 * rows * cols + 2 * rows + 3 * cols) * f,
+        "add_layer_norm": (3 * rows * cols + 2 * cols) * f, "log_softmax": 2 * rows * cols * f,
+    }
+    assert sorted(expected) == sorted(GENERATED_ONLY)
+    for name, nbytes in expected.items():
+        row = bench.Row(name, "fp32", "", 0.0, 0, 1.0)
+        bench.check_contenders(bench.BENCHES[name], _inputs(name, rows, cols, torch.float32), torch.float32,
+                               _settings(inductor=False, generated=False), row, [])
+        assert row.bytes == nbytes, name
+
+
+def _timed_row(**fields) -> bench.Row:
+    """A 64 MB CUDA-sized row on a 1000 GB/s copy, timings given in microseconds."""
+    row = bench.Row("k", "fp32", "4096x4096", 64.0, 100_000_000, 1000.0)
+    for name, us in fields.items():
+        setattr(row, f"{name}_us", us)
+        setattr(row, f"{name}_gbs", row.bytes / us / 1e3)
+    bench._derive_ratios(row)
+    return row
+
+
+def test_target_judges_generated_kernels():
+    """With a hand-written kernel: ours >= 85% of copy and faster than inductor, and
+    generated >= 0.9x ours; without: generated >= 0.97x inductor, and >= 85% of copy
+    where inductor reaches it. A contender not run is not judged."""
+    assert bench.target_misses(_timed_row(ours=110, inductor=115, generated=120)) == []
+    assert bench.target_misses(_timed_row(ours=110, inductor=115, generated=125)) == ["generated/ours 0.88"]
+    assert bench.target_misses(_timed_row(ours=130, inductor=120)) == ["ours 76.9% of copy", "ours/inductor 0.92"]
+    assert bench.target_misses(_timed_row(ours=110)) == []
+    assert bench.target_misses(_timed_row(inductor=110, generated=113)) == []
+    assert bench.target_misses(_timed_row(inductor=110, generated=115)) == ["generated/inductor 0.96"]
+    assert bench.target_misses(_timed_row(inductor=116, generated=119)) == ["generated 84.0% of copy"]
+    assert bench.target_misses(_timed_row(inductor=200, generated=205)) == []  # inductor at 50% of copy
+    assert bench.target_misses(_timed_row(generated=300)) == []
+    assert not _timed_row(eager=100).targeted and _timed_row(generated=300).targeted
 
 
 class _FakeEvent:
@@ -584,10 +660,36 @@ def test_cli_writes_csv(tmp_path, capsys):
     assert len(rows) == len(bench.BENCHES) * 2 * 2  # kernels x dtypes x sizes
     for row in rows:
         assert row["status"] == bench.STATUS_OK, row
-        assert float(row["ours_gbs"]) > 0 and float(row["eager_gbs"]) > 0 and float(row["copy_gbs"]) > 0
-        assert row["inductor_gbs"] == ""
-    printed = capsys.readouterr().out
-    assert "correctness failures: 0" in printed.splitlines()[-1]
+        assert float(row["eager_gbs"]) > 0 and float(row["generated_gbs"]) > 0 and float(row["copy_gbs"]) > 0
+        assert row["generated_code"] and row["inductor_gbs"] == row["generated_over_inductor"] == ""
+        if row["kernel"] in HAND_WRITTEN:
+            assert float(row["ours_gbs"]) > 0 and float(row["generated_over_ours"]) > 0
+        else:
+            assert row["ours_gbs"] == row["generated_over_ours"] == "" and row["config"] == "-"
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2].startswith("geomean generated/ours ") and f"({len(HAND_WRITTEN) * 4} rows)" in printed[-2]
+    assert "correctness failures: 0" in printed[-1]
+
+
+def test_cli_writes_json_with_generated_kernels(tmp_path):
+    out = tmp_path / "results.json"
+    status = bench.main(["--device", "cpu", "--kernels", "softmax,var_mean", "--dtypes", "fp32", "--sizes", "3x37",
+                         "--no-inductor", "--repeat", "2", "--warmup", "1", "--output", str(out)])
+    assert status == 0
+    payload = json.loads(out.read_text())
+    softmax, var_mean = payload["rows"]
+    assert softmax["generated_gbs"] > 0 and softmax["generated_over_ours"] > 0
+    assert var_mean["ours_gbs"] is None and var_mean["generated_gbs"] > 0
+    assert payload["geomeans"]["rows_vs_ours"] == 1 and payload["geomeans"]["generated_over_ours"] > 0
+    assert payload["geomeans"]["rows_vs_inductor"] == 0 and payload["geomeans"]["generated_over_inductor"] is None
+
+
+def test_cli_no_generated_skips_inductor_lite(tmp_path):
+    status, rows = _run_cli(tmp_path, "--kernels", "add,var_mean", "--dtypes", "bf16", "--no-generated")
+    assert status == 0 and len(rows) == 4
+    for row in rows:
+        assert row["status"] == bench.STATUS_OK and float(row["eager_gbs"]) > 0, row
+        assert row["generated_gbs"] == row["generated_code"] == ""
 
 
 def test_cli_exits_nonzero_when_a_kernel_is_wrong(tmp_path, monkeypatch):
@@ -601,6 +703,32 @@ def test_cli_exits_nonzero_when_a_kernel_is_wrong(tmp_path, monkeypatch):
     assert by_kernel["softmax", "3x37"]["status"] == bench.STATUS_FAIL
     assert "ours mismatch" in by_kernel["softmax", "3x37"]["note"]
     assert by_kernel["softmax", "3x37"]["ours_gbs"] == ""  # a wrong kernel is not timed
+    assert by_kernel["row_sum", "3x37"]["status"] == bench.STATUS_OK
+
+
+def test_cli_exits_nonzero_when_generated_kernels_are_wrong(tmp_path, monkeypatch):
+    """Wrong generated softmax: FAIL (generated), not timed, ours still timed; a raising
+    compile of log_softmax: ERROR (generated); both exit 1."""
+    real_compile = torch.compile
+
+    def compile_badly(fn, backend, **kwargs):
+        compiled = real_compile(fn, backend=backend, **kwargs)
+        if backend != "inductor_lite" or fn is bench.BENCHES["row_sum"].torch_fn:
+            return compiled
+        if fn is bench.BENCHES["log_softmax"].torch_fn:
+            raise RuntimeError("lowering exploded")
+        return lambda *inputs: compiled(*inputs) * 1.01
+
+    monkeypatch.setattr(torch, "compile", compile_badly)
+    status, rows = _run_cli(tmp_path, "--kernels", "softmax,log_softmax,row_sum", "--dtypes", "fp32")
+    assert status == 1
+    by_kernel = {(r["kernel"], r["shape"]): r for r in rows}
+    softmax = by_kernel["softmax", "3x37"]
+    assert softmax["status"] == bench.STATUS_FAIL_GENERATED and "generated mismatch" in softmax["note"]
+    assert softmax["generated_gbs"] == "" and float(softmax["ours_gbs"]) > 0
+    log_softmax = by_kernel["log_softmax", "3x37"]
+    assert log_softmax["status"] == bench.STATUS_ERROR_GENERATED
+    assert "generated: RuntimeError: lowering exploded" in log_softmax["note"]
     assert by_kernel["row_sum", "3x37"]["status"] == bench.STATUS_OK
 
 
@@ -621,7 +749,7 @@ def test_cli_module_entry_point_and_bad_arguments(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
-@pytest.mark.parametrize("name", list(bench.BENCHES))
+@pytest.mark.parametrize("name", HAND_WRITTEN)
 def test_kernels_on_gpu(name, dtype):
     """Every variant at benchmark-like widths, including the 32768-column persistent
     kernels and the looped ones, matches torch on the device."""
@@ -682,6 +810,8 @@ def test_register_capped_candidates_on_gpu(name):
 
 @pytest.mark.gpu
 def test_harness_times_on_gpu():
+    """Ours, eager and the generated kernels, with and without a hand-written kernel
+    (16 MB inputs: below the target's size, so status ok)."""
     device = torch.device("cuda")
     settings = bench.Settings(device, bench.Timer(device, warmup=2, repeat=30), inductor=False)
     copy_gbs = bench.copy_bandwidth(device, settings.timer)
@@ -689,6 +819,23 @@ def test_harness_times_on_gpu():
     row = bench.measure(bench.BENCHES["softmax"], 4096, 1024, torch.float32, copy_gbs, settings)
     assert row.status == bench.STATUS_OK, row.note
     assert 0 < row.ours_gbs < 2 * copy_gbs and 0 < row.eager_gbs < 2 * copy_gbs
+    assert 0 < row.generated_gbs < 2 * copy_gbs and row.generated_over_ours > 0
+    row = bench.measure(bench.BENCHES["log_softmax"], 4096, 1024, torch.float32, copy_gbs, settings)
+    assert row.status == bench.STATUS_OK, row.note
+    assert row.ours_gbs is None and 0 < row.generated_gbs < 2 * copy_gbs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", GENERATED_ONLY)
+def test_rows_without_a_hand_written_kernel_on_gpu(name, dtype):
+    """The inputs are valid on the device (LayerNorm backward's saved statistics as the
+    device's forward makes them), and eager and the generated kernels match fp64."""
+    device = torch.device("cuda")
+    row, notes = bench.Row(name, "", "", 0.0, 0, 1.0), []
+    bench.check_contenders(bench.BENCHES[name], _inputs(name, 300, 1000, dtype, device="cuda"), dtype,
+                           bench.Settings(device, bench.Timer(device, 1, 1), inductor=False), row, notes)
+    assert row.status == bench.STATUS_OK and not notes, notes
 
 
 @pytest.mark.gpu

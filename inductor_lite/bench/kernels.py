@@ -41,8 +41,9 @@ hand-written ones and over inductor's. The method:
   returned. Every result must match the fp64 reference within ``rtol`` (fp32 1e-5,
   fp16 1e-3, bf16 1e-2) plus ``rtol * rms(reference)``, argmax exactly; NaN never
   passes. A failure of ours marks the row FAIL, one of the generated kernels
-  ``FAIL (generated)`` (ERROR when it raises), and either makes the exit status 1
-  (the failed contender is not timed); a mismatch of eager or inductor is only noted.
+  ``FAIL (generated)`` (``ERROR (generated)`` when the compile raises); either makes
+  the exit status 1, and the failed contender is not timed. A mismatch of eager or
+  inductor is only noted.
 - Target (CUDA, inputs of 32 MB and up): where there is a hand-written kernel, ours
   >= 85% of copy bandwidth and faster than inductor, and generated >= 0.9x ours;
   elsewhere generated >= 0.97x inductor, and >= 85% of copy bandwidth where inductor
@@ -484,7 +485,7 @@ def _check_generated(bench: KernelBench, inputs: tuple, ref: Any, dtype: torch.d
         row.fail(STATUS_ERROR_GENERATED)
         notes.append(f"generated: {_describe(error)}")
         return None
-    row.generated_code = (f"{counters['kernels_generated']} kernels, {counters['extern_calls']} extern"
+    row.generated_code = (f"kernels {counters['kernels_generated']}, extern {counters['extern_calls']}"
                           if not counters["graphs_fallback"] else "eager fallback")
     problem = compare(out, ref, dtype, bench.exact)
     if problem:
