@@ -10,7 +10,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._sympy.functions import FloorDiv, Max, Min, ModularIndexing
 
 from inductor_lite.codegen import runtime_helpers
-from inductor_lite.codegen.kernel import choose_block, literal
+from inductor_lite.codegen import heuristics
+from inductor_lite.codegen.kernel import literal
 from inductor_lite.codegen.printer import kexpr, pexpr
 from inductor_lite.codegen.wrapper import generate_wrapper, load_module
 from inductor_lite.config import config
@@ -60,7 +61,8 @@ def test_kernel_text_follows_the_1d_template():
     assert "    tmp1 = dl.load(in_ptr1 + (x0), mask=xmask)" in lines
     assert lines[-1].startswith("    dl.store(out_ptr0 + (xindex), tmp")
     assert "dl.erf(" in kernel.source
-    assert (kernel.xblock, kernel.num_warps) == (32, 1)
+    assert kernel.rnumel == 1
+    assert (kernel.config.kwargs, kernel.config.num_warps) == ({"XBLOCK": 32}, 1)
 
 
 def test_int64_indexing_for_huge_or_symbolic_sizes():
@@ -85,11 +87,14 @@ def test_symbolic_sizes_become_kernel_arguments():
 
 
 def test_block_size_choice():
-    with config.patch(xblock=1024, num_warps=4):
-        assert choose_block(100) == (128, 4)
-        assert choose_block(5) == (8, 1)
-        assert choose_block(10 ** 6) == (1024, 4)
-        assert choose_block(sympy.Symbol("s0", positive=True, integer=True)) == (1024, 4)
+    def default(numel):
+        config = heuristics.pointwise(numel, 4, 1024, 4)[0]
+        return config.kwargs["XBLOCK"], config.num_warps
+
+    assert default(100) == (128, 4)
+    assert default(5) == (8, 1)
+    assert default(10 ** 6) == (1024, 4)
+    assert default(sympy.Symbol("s0", positive=True, integer=True)) == (1024, 4)
 
 
 def test_literals_and_printers():
@@ -156,12 +161,17 @@ def test_integer_floor_semantics(poison_empty):
         assert torch.equal(got, expected)
 
 
-def test_zero_dim_output_store_is_a_block(poison_empty):
-    fn = lambda x: x.sum() * 2 + 1  # noqa: E731
+@pytest.mark.parametrize("fn, store_index", [
+    (lambda x: torch.dot(x, x) * 2 + 1, "dl.full([XBLOCK], 0, dl.int32)"),  # pointwise kernel after an extern
+    (lambda x: x.sum() * 2 + 1, "dl.full([XBLOCK, 1], 0, dl.int32)"),  # reduction with a fused epilogue
+], ids=["pointwise", "reduction"])
+def test_zero_dim_output_store_is_a_block(poison_empty, fn, store_index):
     x = torch.randn(7)
     code = build(fn, x)
-    assert "dl.full([XBLOCK], 0, dl.int32)" in code.kernels[0].source
+    (kernel,) = code.kernels
+    assert f"dl.store(out_ptr0 + ({store_index}), " in kernel.source
     (out,), _ = run(code, x)
+    assert out.shape == ()
     torch.testing.assert_close(out, fn(x))
 
 
@@ -196,7 +206,7 @@ def test_wrapper_lines_use_the_fast_runtime_helpers():
     assert "buf0 = aten_mm_default(x_1, reinterpret_tensor(w_1, (5, 3), (1, 5), 0))" in call
     assert "    if buf0.stride() != (3, 1) or buf0.size() != (4, 3):\n" in call
     assert "        buf0 = ensure_strides(buf0, (4, 3), (3, 1))\n" in call
-    assert "empty_strided_cpu((4, 3), (3, 1), torch.float32)" in call
+    assert "empty_strided_cpu((3,), (1,), torch.float32)" in call  # the (relu fused into) sum's output
     assert "aten." not in call and "torch.device" not in call and "with " not in call
 
 
@@ -285,6 +295,11 @@ PTX_CASES = {
     "int_floor_div_bool": (lambda a, b: (a // b, a % b, (a > b) | (b == 0)), [torch.randint(-9, 9, (40,)),
                                                                            torch.randint(1, 5, (40,))]),
     "zero_dim_store": (lambda x: x.sum() + 1, [torch.randn(5)]),
+    "persistent_softmax_bf16": (lambda x: torch.softmax(x, -1), [torch.randn(6, 300).bfloat16()]),
+    "persistent_layer_norm": (lambda x, w: F.layer_norm(x, (64,), w), [torch.randn(5, 64), torch.randn(64)]),
+    "looped_softmax_argmax": (lambda x: (torch.softmax(x, -1), x.argmax(-1)), [torch.randn(3, 20000)]),
+    "looped_var_mean_any": (lambda x: (*torch.var_mean(x, -1), (x > 3).any(-1)), [torch.randn(3, 20000)]),
+    "outer_split_sum": (lambda x: x.sum(0), [torch.randn(2048, 64)]),
 }
 
 

@@ -1,8 +1,9 @@
 """Lowering (aten FX graph -> loop-level IR), checked without the scheduler or the DSL.
 
 `IREvaluator` is a reference ``ops`` handler that evaluates ``inner_fn``s with torch
-on whole index grids; `run_ir` runs a lowered graph's buffers in order with it, so
-each lowering is compared with eager on fresh random inputs.
+on whole index grids; `run_ir` runs a lowered graph's buffers in order with it (a
+`Reduction` evaluated over the grid of its kept and reduced indices, then reduced with
+torch: `_reduce`), so each lowering is compared with eager on fresh random inputs.
 """
 
 import operator
@@ -18,7 +19,8 @@ from inductor_lite.fx_lowering import lowerings
 from inductor_lite.fx_lowering.decompositions import decomposition_table
 from inductor_lite.fx_lowering.graph import GraphLowering, LoweringError
 from inductor_lite.ir.nodes import (
-    ComputedBuffer, ExternKernel, GenericView, InputBuffer, MultiOutput, ReinterpretView, StorageBox,
+    ComputedBuffer, ExternKernel, GenericView, InputBuffer, MultiOutput, Pointwise, Reduction, ReinterpretView,
+    StorageBox,
     format_inner_fn,
 )
 from inductor_lite.ir.ops import OpsHandler, set_ops_handler
@@ -83,13 +85,37 @@ class IREvaluator(OpsHandler):
         return getattr(torch, name)(*args)
 
 
-def _grid(ranges):
+def _grid(ranges, reduction_ranges=()):
+    """Index variables ``i0, i1, ...`` over ``ranges`` and ``r0, r1, ...`` over
+    ``reduction_ranges``, each an arange broadcast along its own axis of the grid
+    ``ranges + reduction_ranges``."""
     vars_ = {}
-    for d, n in enumerate(ranges):
-        shape = [1] * len(ranges)
-        shape[d] = int(n)
-        vars_[f"i{d}"] = torch.arange(int(n)).view(shape)
+    sizes = [int(n) for n in list(ranges) + list(reduction_ranges)]
+    names = [f"i{d}" for d in range(len(ranges))] + [f"r{d}" for d in range(len(reduction_ranges))]
+    for d, (name, n) in enumerate(zip(names, sizes)):
+        shape = [1] * len(sizes)
+        shape[d] = n
+        vars_[name] = torch.arange(n).view(shape)
     return vars_
+
+
+def _reduce(node, values):
+    """Reduce ``values`` (broadcastable to ``ranges + reduction_ranges``) over the
+    reduction axes, as `Reduction.reduction_type` says, in ``src_dtype``."""
+    ranges = [int(n) for n in node.ranges]
+    rsizes = [int(n) for n in node.reduction_ranges]
+    values = torch.as_tensor(values).to(node.src_dtype).expand(ranges + rsizes).reshape(ranges + [-1])
+    kind = node.reduction_type
+    if kind == "welford_reduce":
+        mean = values.mean(-1)
+        return (mean, ((values - mean.unsqueeze(-1)) ** 2).sum(-1),
+                torch.full_like(mean, values.shape[-1]))[node.output_index]
+    return {
+        "sum": lambda v: v.sum(-1, dtype=node.src_dtype), "prod": lambda v: v.prod(-1, dtype=node.src_dtype),
+        "max": lambda v: v.amax(-1), "min": lambda v: v.amin(-1),  # amax/amin propagate NaN
+        "argmax": lambda v: v.argmax(-1), "argmin": lambda v: v.argmin(-1),  # first index; NaN is extreme
+        "any": lambda v: v.any(-1), "all": lambda v: v.all(-1),
+    }[kind](values)
 
 
 def _materialize(layout, values, index_vars):
@@ -123,7 +149,13 @@ def run_ir(graph, inputs):
     """Evaluate a lowered graph's buffers and outputs with `IREvaluator`."""
     env = {name: t for (name, _), t in zip(graph.placeholders, inputs)}
     for buf in graph.buffers:
-        if isinstance(buf, ComputedBuffer):
+        if isinstance(buf, ComputedBuffer) and isinstance(buf.data, Reduction):
+            node = buf.data
+            vars_ = _grid(node.ranges, node.reduction_ranges)
+            with set_ops_handler(IREvaluator(env, vars_)):
+                values = node.inner_fn(index_vars_symbols(len(node.ranges)), node.reduction_vars())
+            env[buf.name] = _materialize(buf.layout, _reduce(node, values), _grid(node.ranges))
+        elif isinstance(buf, ComputedBuffer):
             vars_ = _grid(buf.data.ranges)
             with set_ops_handler(IREvaluator(env, vars_)):
                 values = buf.data.inner_fn(index_vars_symbols(len(buf.data.ranges)))
@@ -240,6 +272,40 @@ def test_view_lowering_matches_eager(name):
     check(fn, *inputs)
 
 
+REDUCTION_CASES = {
+    "sum_mean_prod": (lambda x: (x.sum(-1), x.mean((0, 2), keepdim=True), (x * 0.5 + 1).prod(1)), [r(3, 4, 5)]),
+    "extremes": (lambda x: (x.amax(-1), x.amin(0), x.argmax(-1), x.argmin(0), *x.max(1), *x.min(0)), [r(5, 7)]),
+    "argmax_ties_nan": (lambda x: (x.argmax(-1), x.amax(-1), x.argmin(-1)),
+                        [torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, float("nan"), 5.0, float("nan")]])]),
+    "var_std_mean": (lambda x: (*torch.var_mean(x, -1, correction=0), x.std(0), torch.var(x, 1, correction=1)),
+                     [r(4, 9)]),
+    "any_all_int_sum": (lambda x, a: ((x > 1).any(-1), (x > -2).all(0), a.sum(-1)), [r(4, 6), ri(4, 6)]),
+    "half_sum": (lambda x: (x.sum(-1), x.amax(-1)), [r(4, 33, dtype=torch.bfloat16)]),
+    "softmax_log_softmax": (lambda x: (torch.softmax(x, -1), torch.log_softmax(x, 0)), [r(3, 10)]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (8,), w, b), [r(3, 8), r(8), r(8)]),
+    "split_full_sum": (lambda x: x.sum(), [r(300, 300)]),
+    "outer_split_sum": (lambda x: x.sum(0), [r(2048, 64)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTION_CASES))
+def test_reduction_lowering_matches_eager(name):
+    fn, inputs = REDUCTION_CASES[name]
+    graph = check(fn, *inputs)
+    assert not [b.op_name for b in graph.buffers if isinstance(b, ExternKernel)]
+    assert any(isinstance(b, ComputedBuffer) and isinstance(b.data, Reduction) for b in graph.buffers)
+
+
+def test_long_reductions_with_few_outputs_split_in_two_stages():
+    for fn, x in ((lambda x: x.sum(), r(300, 300)), (lambda x: x.sum(0), r(2048, 64))):
+        reductions = [b.data for b in lower(fn, x).buffers if isinstance(b, ComputedBuffer)]
+        assert len(reductions) == 2 and all(isinstance(d, Reduction) for d in reductions)
+        partial, final = reductions
+        row = x.numel() // fn(x).numel()  # elements reduced into each output
+        assert int(final.get_reduction_numel()) > 1 and int(partial.get_reduction_numel()) < row
+        assert int(partial.get_reduction_numel()) * int(final.get_reduction_numel()) >= row
+
+
 def test_views_of_inputs_are_reinterpretations_not_copies():
     x = r(4, 6)
     graph = lower(lambda x: x.t()[1:3].unsqueeze(0), x)
@@ -287,11 +353,13 @@ def test_half_inputs_compute_in_fp32():
 
 
 def test_unlowered_ops_become_externs_with_realized_inputs():
-    graph = lower(lambda x, w: torch.softmax((x * 2) @ w, -1).sum(), r(4, 5), r(5, 3))
+    # softmax lowers (decomposed into reductions); mm, cumsum and sort have no lowering
+    graph = lower(lambda x, w: torch.cumsum(torch.softmax((x * 2) @ w, -1), -1).sort(-1).values, r(4, 5), r(5, 3))
     externs = [b for b in graph.buffers if isinstance(b, ExternKernel)]
-    assert [e.op_name for e in externs] == ["aten.mm.default", "aten._softmax.default", "aten.sum.default"]
-    mm = externs[0]
-    assert isinstance(mm.args[0], ComputedBuffer)
+    assert [e.op_name for e in externs] == ["aten.mm.default", "aten.cumsum.default", "aten.sort.default"]
+    mm, cumsum, _ = externs
+    assert isinstance(mm.args[0], ComputedBuffer)  # the lazy x * 2, realized for the extern
+    assert isinstance(cumsum.args[0], ComputedBuffer) and isinstance(cumsum.args[0].data, Pointwise)
     assert graph.extern_counts()["aten.mm.default"] == 1
 
 
@@ -301,7 +369,7 @@ def test_no_lowering_becomes_extern():
 
 
 def test_multi_output_extern():
-    graph = check(lambda x, w, b: F.layer_norm(x, (8,), w, b) * 2, r(3, 8), r(8), r(8))
+    graph = check(lambda x: (lambda v: (v[0] * 2, v[1] + 1))(torch.sort(x, -1)), r(3, 8))
     parent = [b for b in graph.buffers if isinstance(b, ExternKernel)][0]
     assert parent.layout is None
     assert any(isinstance(b, MultiOutput) and b.parent is parent for b in graph.buffers)
@@ -337,9 +405,15 @@ def test_mutating_op_is_rejected():
 
 def test_decomposition_table_keeps_fused_and_extern_ops():
     table = decomposition_table()
-    assert aten.hardswish.default in table and aten.addcmul.default in table
-    for op in (aten.native_layer_norm.default, aten._softmax.default, aten.gelu.default, aten.mm.default):
-        assert op not in table
+    # composites of pointwise ops and reductions we lower and fuse are decomposed...
+    for op in (aten.hardswish.default, aten.addcmul.default, aten.native_layer_norm.default,
+               aten.native_layer_norm_backward.default, aten._softmax.default, aten._softmax_backward_data.default,
+               aten._log_softmax.default, aten._safe_softmax.default, aten.nll_loss_forward.default):
+        assert op in table, op
+    # ...ops with direct lowerings (gelu, the reductions) and extern ops stay whole
+    for op in (aten.gelu.default, aten.sum.dim_IntList, aten.var_mean.correction, aten.amax.default,
+               aten.mm.default, aten.convolution.default, aten.embedding.default, aten.cumsum.default):
+        assert op not in table, op
 
 
 def test_lowering_errors_name_the_node():

@@ -1,8 +1,10 @@
 """CPU tests of the launch paths' per-launch checks: specialisation by pointer alignment,
 int divisibility and int width through ``kernel[grid]`` and through the launchers
-generated wrappers bind (`launcher.bind_launcher`), against the fake CUDA driver of
+generated wrappers bind (`tuned_launcher.bind_tuned_launcher`, one
+`launcher.bind_launcher` per candidate config), against the fake CUDA driver of
 test_runtime_cache and a fake compiler that records each specialisation it builds."""
 
+import inspect
 import types
 
 import pytest
@@ -17,7 +19,7 @@ from inductor_lite.counters import counters
 from inductor_lite.dsl.kernel import type_string
 from inductor_lite.fx_lowering.decompositions import decomposition_table
 from inductor_lite.fx_lowering.graph import GraphLowering
-from inductor_lite.runtime import launcher
+from inductor_lite.runtime import launcher, tuned_launcher
 from inductor_lite.scheduler.scheduler import Scheduler
 from test_runtime_cache import TOOLCHAIN, fake_driver  # noqa: F401  (fake_driver is a fixture)
 
@@ -193,12 +195,36 @@ def test_cuda_wrapper_binds_one_launcher_per_kernel_at_load(monkeypatch):
     code = cuda_wrapper(lambda x, y: (x * y).relu() + 1, (4, 300), (300,))
     (kernel,) = code.kernels
     assert f"{kernel.name}[" not in code.source
-    grid_x = -(-int(kernel.numel) // kernel.xblock)
-    assert f"launch_{kernel.name}(({grid_x}, 1, 1), x_1, y_1, buf0, 1200)" in code.source
-    bound = []
-    monkeypatch.setattr(launcher, "bind_launcher", lambda *args, **kwargs: bound.append((args, kwargs)) or len(bound))
+    assert f"launch_{kernel.name}(x_1, y_1, buf0, 1200)" in code.source  # the grid comes from the config
+    tuned, bound, launches = [], [], []
+    real_bind_tuned = tuned_launcher.bind_tuned_launcher
+
+    def bind_tuned(*args, **kwargs):
+        tuned.append(inspect.signature(real_bind_tuned).bind(*args, **kwargs).arguments)
+        return real_bind_tuned(*args, **kwargs)
+
+    def bind(*args, **kwargs):
+        index = len(bound)
+        bound.append(inspect.signature(launcher.bind_launcher).bind(*args, **kwargs).arguments)
+        return lambda grid, *launch_args: launches.append((index, grid, launch_args))
+
+    monkeypatch.setattr(tuned_launcher, "bind_tuned_launcher", bind_tuned)
+    monkeypatch.setattr(tuned_launcher, "bind_launcher", bind)
     _, namespace = load_module(code)
-    ((args, kwargs),) = bound
-    assert args == (namespace[kernel.name], CUDA0, ("tensor", "tensor", "tensor", "int"))
-    assert kwargs == {"num_warps": kernel.num_warps, "XBLOCK": kernel.xblock}
-    assert namespace[f"launch_{kernel.name}"] == 1
+    kinds = ("tensor", "tensor", "tensor", "int")
+    (binding,) = tuned
+    assert (binding["kernel"], binding["device"], binding["arg_kinds"]) == (namespace[kernel.name], CUDA0, kinds)
+    assert list(binding["configs"]) == kernel.configs and binding["xnumel_arg"] == 3
+    # one `bind_launcher` per candidate config, all at load
+    assert len(bound) == len(kernel.configs)
+    for b, c in zip(bound, kernel.configs):
+        assert b["kernel"] is namespace[kernel.name] and launcher._device_index(b["device"]) == 0
+        assert tuple(b["arg_kinds"]) == kinds and b["num_warps"] == c.num_warps
+        assert b.get("num_stages", 1) == c.num_stages and b.get("constexprs", {}) == c.kwargs
+    args = (object(), object(), object(), 1200)
+    with config.patch(autotune=False):
+        namespace[f"launch_{kernel.name}"](*args)
+        namespace[f"launch_{kernel.name}"](*args)
+    grid_x = -(-int(kernel.numel) // kernel.config.kwargs["XBLOCK"])
+    assert launches == [(0, (grid_x, 1, 1), args)] * 2  # the default config, nothing bound per call
+    assert len(bound) == len(kernel.configs) and len(tuned) == 1

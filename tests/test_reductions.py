@@ -1,0 +1,352 @@
+"""Reductions end to end: torch.compile(backend="inductor_lite") against eager and an fp64 reference.
+
+Each case compiles a function with ``fallback_on_error=False`` (a graph that fails to
+lower fails the test), runs it on fresh random inputs with every allocation of the
+generated code poisoned (NaN / a sentinel), and checks:
+
+- values: floating outputs against the function run in fp64 on the same inputs, to
+  ``rtol = atol = TOL[dtype]`` plus twice eager's own distance from that reference
+  (a long fp32 sum or a bf16 rounding is allowed what eager itself does, no more);
+  NaN and infinities exactly where eager has them (an unexpected NaN never passes);
+  integer and bool outputs (indices, ``any``/``all``, int sums) equal to eager;
+- kernels: `inductor_lite.counters` ``kernels_generated`` and the kernel kind from the
+  generated code (``per_`` persistent, ``red_`` looped, ``poi_`` pointwise);
+- externs: no aten fallback at all, except where a case names the ones it allows
+  (cross-entropy's ``gather``): no reduction, softmax, norm or loss is an extern.
+
+Rows are short in count so the DSL interpreter stays fast on CPU; the row lengths pick
+the persistent form (up to `heuristics.PERSISTENT_MAX_RBLOCK` after rounding up to a
+power of two) and the looped form (longer rows, or a symbolic row length).
+Every test runs on CPU and, marked `gpu`, on CUDA (skipped without a GPU).
+"""
+
+import glob
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch.utils._pytree as pytree
+
+import inductor_lite
+from inductor_lite.codegen import heuristics, runtime_helpers
+from inductor_lite.config import config
+
+aten = torch.ops.aten
+counters = inductor_lite.counters
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3, torch.float64: 1e-9}
+
+PERSISTENT_COLS = (300, 1024, 20000)
+"""Row lengths reduced persistently: masked (300), a power of two (1024), long (20000)."""
+LOOPED_COLS = heuristics.PERSISTENT_MAX_RBLOCK + 1000
+"""A row just too long for the persistent form."""
+ALL_COLS = PERSISTENT_COLS + (LOOPED_COLS,)
+
+
+@pytest.fixture(autouse=True, params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    with torch.device(request.param):
+        yield request.param
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch, device):
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+
+    def poison(t):
+        return t.fill_(float("nan") if t.dtype.is_floating_point else (True if t.dtype == torch.bool else -77))
+
+    for module, name in [(torch, "empty_strided"), (runtime_helpers, "empty_strided_cpu"),
+                         (runtime_helpers, "empty_strided_cuda")]:
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _original=original, **k: poison(_original(*a, **k)))
+    with config.patch(fallback_on_error=False):
+        yield
+    torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _to_fp64(x):
+    return x.detach().double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def assert_close(got, eager, ref64, what="output"):
+    """``got`` against eager (dtype, shape, NaN/inf positions, integers) and the fp64 reference (values)."""
+    assert got.dtype == eager.dtype and got.shape == eager.shape, f"{what}: {got.dtype}{list(got.shape)} " \
+                                                                  f"vs eager {eager.dtype}{list(eager.shape)}"
+    got = got.detach().cpu()
+    eager = eager.detach().cpu()
+    if not eager.dtype.is_floating_point:
+        assert torch.equal(got, eager), f"{what}: {got} != eager {eager}"
+        return
+    tol = TOL[eager.dtype]
+    ref = ref64.detach().cpu().double()
+    nan = torch.isnan(eager)
+    assert torch.equal(torch.isnan(got), nan), f"{what}: NaN at {torch.isnan(got).nonzero().tolist()[:8]}, " \
+                                               f"eager at {nan.nonzero().tolist()[:8]}"
+    inf = torch.isinf(eager)
+    assert torch.equal(torch.isinf(got), inf) and torch.equal(got[inf], eager[inf]), f"{what}: infinities differ"
+    finite = ~(nan | inf)
+    got, eager, ref = got[finite].double(), eager[finite].double(), ref[finite]
+    if not got.numel():
+        return
+    assert torch.isfinite(ref).all(), f"{what}: the fp64 reference is not finite where eager is"
+    slack = 2 * float((eager - ref).abs().max())
+    torch.testing.assert_close(got, ref, rtol=tol, atol=tol + slack, msg=lambda m: f"{what}: {m}")
+
+
+def check_outputs(got, fn, args):
+    """Compare ``got`` (a pytree of tensors) with ``fn(*args)`` in eager and in fp64."""
+    eager = fn(*args)
+    ref64 = fn(*[_to_fp64(a) for a in args])
+    got_l, eager_l, ref_l = (pytree.tree_leaves(t) for t in (got, eager, ref64))
+    assert len(got_l) == len(eager_l) == len(ref_l)
+    for i, (g, e, r) in enumerate(zip(got_l, eager_l, ref_l)):
+        assert_close(g, e, r, f"output {i}")
+
+
+def extern_ops():
+    return {k[len("extern."):]: v for k, v in counters.items() if k.startswith("extern.")}
+
+
+def kernel_names(debug_dir):
+    names = []
+    for path in sorted(glob.glob(str(debug_dir / "graph_*" / "output_code.py"))):
+        names += re.findall(r"^def ((?:poi|per|red)_\w+)\(", open(path).read(), re.M)
+    return names
+
+
+def run_compiled(fn, *args, tmp_path, dynamic=None, allowed_externs=()):
+    """``fn`` compiled and run on ``args``, checked against eager and fp64; returns the
+    generated kernels' names and the outputs."""
+    with config.patch(debug_dir=str(tmp_path)):
+        got = torch.compile(fn, backend="inductor_lite", dynamic=dynamic)(*args)
+    check_outputs(got, fn, args)
+    assert counters["graphs_fallback"] == 0
+    assert set(extern_ops()) <= set(allowed_externs), f"unexpected externs: {extern_ops()}"
+    assert counters["extern_calls"] == sum(extern_ops().values())
+    names = kernel_names(tmp_path)
+    assert counters["kernels_generated"] == len(names)
+    return names, got
+
+
+def kind(cols):
+    """The kernel prefix a row reduction over ``cols`` static elements gets."""
+    return "per" if heuristics.next_power_of_2(cols) <= heuristics.PERSISTENT_MAX_RBLOCK else "red"
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+DTYPES = [torch.float32, torch.bfloat16]
+DTYPE_IDS = ["fp32", "bf16"]
+
+
+# ---------------------------------------------------------------------------- one kernel per pattern
+
+
+def _safe_softmax(x):
+    return aten._safe_softmax(x, -1)
+
+
+ONE_KERNEL_PATTERNS = {
+    # name: (fn, input shapes (the last ones are weights), kernel kind)
+    "softmax": (lambda x: torch.softmax(x, -1), [(8, 300)], "per"),
+    "log_softmax": (lambda x: torch.log_softmax(x, -1), [(8, 300)], "per"),
+    "safe_softmax": (_safe_softmax, [(8, 300)], "per"),
+    "add_layer_norm": (lambda x, y, w, b: F.layer_norm(x + y, (300,), w, b), [(8, 300), (8, 300), (300,), (300,)],
+                       "per"),
+    "rms_norm": (lambda x, w: F.rms_norm(x, (300,), w), [(8, 300), (300,)], "per"),
+    "var_mean": (lambda x: torch.var_mean(x, -1), [(8, 300)], "per"),
+    "global_avg_pool": (lambda x: x.mean((2, 3)), [(2, 16, 7, 7)], "per"),
+    "transpose_add": (lambda x: x.t().contiguous() + 1, [(33, 65)], "poi"),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", list(ONE_KERNEL_PATTERNS))
+def test_pattern_is_one_kernel(name, dtype, tmp_path):
+    fn, shapes, prefix = ONE_KERNEL_PATTERNS[name]
+    args = [randn(*s, dtype=dtype) for s in shapes]
+    names, _ = run_compiled(fn, *args, tmp_path=tmp_path)
+    assert len(names) == 1 and names[0].startswith(prefix + "_"), names
+    assert not extern_ops()
+
+
+def test_safe_softmax_of_a_fully_masked_row_is_zero(tmp_path):
+    x = torch.randn(4, 300)
+    x[1] = float("-inf")
+    x[2, :7] = float("-inf")
+    names, out = run_compiled(_safe_softmax, x, tmp_path=tmp_path)
+    assert len(names) == 1
+    assert torch.equal(out[1], torch.zeros(300))
+
+
+# ---------------------------------------------------------------------------- row reductions, persistent and looped
+
+
+ROW_REDUCTIONS = {
+    "sum": lambda x: x.sum(-1),
+    "mean": lambda x: x.mean(-1),
+    "prod": lambda x: (1 + x / x.shape[-1]).prod(-1),
+    # +-1 with a few 2s and 0.5s: exact in every dtype, so the product must be exact too
+    "prod_exact": lambda x: torch.where(x.abs() > 2.5, torch.where(x > 0, 2.0, 0.5), x.sign()).prod(-1),
+    "amax": lambda x: x.amax(-1),
+    "amin": lambda x: x.amin(-1),
+    "argmax": lambda x: x.argmax(-1),
+    "argmin": lambda x: x.argmin(-1),
+    "max_dim": lambda x: tuple(x.max(-1)),
+    "min_dim": lambda x: tuple(x.min(-1, keepdim=True)),
+    "var_std_c0": lambda x: (x.var(-1, correction=0), x.std(-1, correction=0)),
+    "var_std_c1": lambda x: (x.var(-1, correction=1), x.std(-1)),
+    "any_all": lambda x: ((x > 3).any(-1), (x > -4).all(-1)),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+    "vector_norm": lambda x: (torch.linalg.vector_norm(x, 2, -1), torch.linalg.vector_norm(x, 1, -1)),
+    "softmax": lambda x: torch.softmax(x, -1),
+    "log_softmax": lambda x: torch.log_softmax(x, -1),
+    "layer_norm": lambda x: F.layer_norm(x, (x.shape[-1],)),
+}
+
+
+@pytest.mark.parametrize("cols", ALL_COLS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", list(ROW_REDUCTIONS))
+def test_row_reduction(name, dtype, cols, tmp_path):
+    fn = ROW_REDUCTIONS[name]
+    x = randn(3, cols, dtype=dtype)
+    names, _ = run_compiled(fn, x, tmp_path=tmp_path)
+    assert len(names) == 1 and names[0].startswith(kind(cols) + "_"), names
+
+
+@pytest.mark.parametrize("cols", ALL_COLS)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
+def test_integer_sums_are_exact(dtype, cols, tmp_path):
+    x = torch.randint(-2 ** 20, 2 ** 20, (3, cols), dtype=dtype)
+    x[0, 0] = 2 ** 30 if dtype == torch.int64 else 0  # an int64 sum beyond int32
+    names, _ = run_compiled(lambda x: (x.sum(-1), (x * 3).sum(-1, keepdim=True)), x, tmp_path=tmp_path)
+    assert len(names) == 1 and names[0].startswith(kind(cols) + "_")
+
+
+def test_full_sum_is_a_split_reduction(tmp_path):
+    x = torch.randn(300, 300)
+    names, _ = run_compiled(lambda x: x.sum(), x, tmp_path=tmp_path)
+    assert len(names) == 2 and all(not n.startswith("poi_") for n in names), names
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_column_sum_is_an_outer_split_reduction(dtype, tmp_path):
+    x = randn(2048, 64, dtype=dtype)
+    names, _ = run_compiled(lambda x: x.sum(0), x, tmp_path=tmp_path)
+    assert len(names) == 2 and all(not n.startswith("poi_") for n in names), names
+
+
+def test_cross_entropy_forward(tmp_path):
+    x, target = torch.randn(16, 100), torch.randint(0, 100, (16,))
+    target[3] = -100  # ignore_index
+    names, _ = run_compiled(lambda x, t: F.cross_entropy(x, t), x, target, tmp_path=tmp_path,
+                         allowed_externs=("aten.gather.default",))
+    # log_softmax rows; the gather's index (where(target != ignore)) with the count of kept
+    # rows; the masked mean of the gathered values. Without the gather extern: 2 kernels.
+    assert len(names) == (3 if "aten.gather.default" in extern_ops() else 2), names
+
+
+# ---------------------------------------------------------------------------- NaN and ties
+
+
+@pytest.mark.parametrize("cols", ALL_COLS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_nan_propagates_and_ties_take_the_first_index(dtype, cols, tmp_path):
+    x = torch.randn(6, cols)
+    x[0, 7] = x[0, cols - 3] = float("nan")  # two NaNs: the first one's index
+    x[1, cols - 1] = float("nan")  # a NaN in the last element (the last chunk of a looped row)
+    x[2] = 1.0  # all ties: index 0
+    x[3, 10] = x[3, cols - 10] = 50.0  # a tie far apart (in different chunks of a looped row)
+    x[3, 20] = x[3, cols - 20] = -50.0
+    x[4] = float("-inf")
+    x[5, cols // 2] = float("inf")
+    x = x.to(dtype)
+
+    def fn(x):
+        return x.amax(-1), x.argmax(-1), x.amin(-1), x.argmin(-1), *x.max(-1), *x.min(-1)
+
+    names, out = run_compiled(fn, x, tmp_path=tmp_path)
+    assert len(names) == 1
+    assert out[1].tolist()[:5] == [7, cols - 1, 0, 10, 0] and out[3].tolist()[:4] == [7, cols - 1, 0, 20]
+
+
+def test_nan_propagates_through_split_reductions(tmp_path):
+    x = torch.randn(300, 300)
+    x[100, 3] = float("nan")
+    names, _ = run_compiled(lambda x: (x.sum(), x.amax(), x.amin(), x.argmax()), x, tmp_path=tmp_path)
+    assert names and not extern_ops()
+
+
+# ---------------------------------------------------------------------------- backward
+
+
+def _run_backward(fn, args, requires_grad):
+    leaves = [a.detach().clone().requires_grad_(r) for a, r in zip(args, requires_grad)]
+    out = fn(*leaves)
+    return out, leaves
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
+def test_training_backward(name, dtype, tmp_path):
+    cols = 300
+    fns = {
+        "softmax": (lambda x: torch.softmax(x, -1), [(8, cols)], 1),
+        "log_softmax": (lambda x: torch.log_softmax(x, -1), [(8, cols)], 1),
+        # dx: row reductions; dw, db: column reductions (another group)
+        "layer_norm": (lambda x, w, b: F.layer_norm(x, (cols,), w, b), [(8, cols), (cols,), (cols,)], 2),
+        "rms_norm": (lambda x, w: F.rms_norm(x, (cols,), w), [(8, cols), (cols,)], 2),
+    }
+    fn, shapes, backward_kernels = fns[name]
+    args = [randn(*s, dtype=dtype) for s in shapes]
+    grad_out = randn(8, cols, dtype=dtype)
+    compiled = torch.compile(fn, backend="inductor_lite")
+    with config.patch(debug_dir=str(tmp_path)):
+        out, leaves = _run_backward(compiled, args, [True] * len(args))
+        forward_kernels = counters["kernels_generated"]
+        out.backward(grad_out)
+    eager_out, eager_leaves = _run_backward(fn, args, [True] * len(args))
+    eager_out.backward(grad_out)
+    ref_out, ref_leaves = _run_backward(fn, [_to_fp64(a) for a in args], [True] * len(args))
+    ref_out.backward(_to_fp64(grad_out))
+    assert_close(out, eager_out, ref_out, "forward")
+    for i, (g, e, r) in enumerate(zip(leaves, eager_leaves, ref_leaves)):
+        assert_close(g.grad, e.grad, r.grad, f"grad {i}")
+    assert counters["graphs_compiled"] == 2 and counters["graphs_fallback"] == 0
+    assert forward_kernels == 1
+    assert counters["kernels_generated"] - forward_kernels == backward_kernels, kernel_names(tmp_path)
+    assert not extern_ops()  # no _softmax_backward_data, native_layer_norm_backward, ...
+
+
+# ---------------------------------------------------------------------------- dynamic shapes
+
+
+DYNAMIC = {
+    "softmax": (lambda x: torch.softmax(x, -1), lambda r, c: [torch.randn(r, c)]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
+                   lambda r, c: [torch.randn(r, c), torch.randn(c), torch.randn(c)]),
+    "sum": (lambda x: (x.sum(-1), x.mean(-1, keepdim=True)), lambda r, c: [torch.randn(r, c)]),
+}
+
+
+@pytest.mark.parametrize("name", list(DYNAMIC))
+def test_dynamic_shapes_take_the_looped_form(name, tmp_path):
+    fn, make = DYNAMIC[name]
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
+    with config.patch(debug_dir=str(tmp_path)):
+        for rows, cols in ((3, 7), (5, 64), (2, 300), (4, 2500), (2, LOOPED_COLS)):
+            args = make(rows, cols)
+            check_outputs(compiled(*args), fn, args)
+    assert counters["graphs_compiled"] == 1 and counters["graphs_fallback"] == 0
+    names = kernel_names(tmp_path)
+    assert len(names) == 1 and names[0].startswith("red_"), names
+    assert not extern_ops()
