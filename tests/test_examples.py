@@ -33,8 +33,11 @@ def test_quickstart_on_cpu(tmp_path):
 def test_quickstart_on_gpu_then_from_the_disk_cache(tmp_path):
     first = run_quickstart({}, tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert counter(first.stdout, "kernels compiled") == counter(first.stdout, "kernels generated") > 0
+    # the autotuner builds one binary per candidate config of a kernel
+    compiled = counter(first.stdout, "kernels compiled")
+    assert compiled >= counter(first.stdout, "kernels generated") > 0
     second = run_quickstart({}, tmp_path)
     assert second.returncode == 0, second.stdout + second.stderr
+    # warm: nothing is built, and the tuning decisions on disk load only the chosen configs
     assert counter(second.stdout, "kernels compiled") == 0
-    assert counter(second.stdout, "cache hits") == counter(first.stdout, "kernels compiled")
+    assert counter(second.stdout, "kernels generated") <= counter(second.stdout, "cache hits") <= compiled
