@@ -58,7 +58,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..config import config
 from ..ir.indexing import Expr, abs_bound, simplify_index
-from ..ir.nodes import Reduction
+from ..ir.nodes import Reduction, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT, RFLAT
 from ..scheduler.fusion import KernelGroup
@@ -159,17 +159,7 @@ def needs_int64(group: KernelGroup) -> bool:
     return False
 
 
-_IDENTITIES = {"sum": 0, "prod": 1, "any": False, "all": True}
 _DSL_REDUCE = {"sum": "dl.sum", "prod": "dl.prod", "max": "dl.max", "min": "dl.min"}
-
-
-def reduction_identity(reduction_type: str, dtype: torch.dtype) -> Any:
-    """The value masked-off lanes contribute (``max``: -inf or the type's minimum)."""
-    if reduction_type in _IDENTITIES:
-        return _IDENTITIES[reduction_type]
-    if reduction_type in ("max", "argmax"):
-        return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min
-    return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
 
 
 class _Scope:
@@ -180,7 +170,7 @@ class _Scope:
         self.lines: list[str] = []
         self.cse: dict[str, CSEVar] = {}
         self.values: dict[str, CSEVar] = {}  # buffer name -> value computed in this scope
-        self.pending: list = []  # looped: (node, accumulators, finish) reductions to finish after the loop
+        self.pending: list[Callable[[], None]] = []  # looped: what to emit after the loop (finals, stores)
 
 
 class KernelCodegen(OpsHandler):
@@ -687,7 +677,7 @@ def is_persistent(group: KernelGroup, axis: int) -> bool:
             and heuristics.next_power_of_2(int(r)) <= heuristics.PERSISTENT_MAX_RBLOCK)
 
 
-def _element_size(group: KernelGroup, buffer_dtypes: Callable[[str], torch.dtype], names) -> int:
+def _element_size(buffer_dtypes: Callable[[str], torch.dtype], names) -> int:
     sizes = [buffer_dtypes(n).itemsize for n in names]
     return max(sizes) if sizes else 4
 
@@ -733,7 +723,7 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     call_args += [("expr", s) for s in symbols]
     pid = "dl.program_id(0).to(dl.int64)" if index_dtype == torch.int64 else "dl.program_id(0)"
     body = [f"# FX nodes: {', '.join(group.origins())}"]
-    element_size = _element_size(group, buffer_dtypes, list(cg.in_ptrs) + list(cg.out_ptrs))
+    element_size = _element_size(buffer_dtypes, list(cg.in_ptrs) + list(cg.out_ptrs))
     if not group.is_reduction:
         body += [f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         constexprs = ["XBLOCK"]

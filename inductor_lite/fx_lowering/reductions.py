@@ -35,7 +35,7 @@ import sympy
 import torch
 
 from ..ir.indexing import Expr, as_expr, flat_to_vars, product
-from ..ir.nodes import Pointwise, Reduction, StorageBox
+from ..ir.nodes import Pointwise, Reduction, StorageBox, reduction_identity
 from ..ir.ops import ops
 from .lowerings import NoLowering, cast, const, lazy_origins, register_lowering
 
@@ -53,9 +53,6 @@ OUTER_SPLIT_TARGET = 65536
 """A split outer reduction aims at about this many partial outputs (about 1024 tiles of 64)."""
 OUTER_SPLIT_MIN_CHUNK = 128
 """Each partial of an outer reduction keeps at least this many reduced elements."""
-
-_IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True}
-
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """fp32 for fp16/bf16, int64 for integer and bool sums, else ``dtype``."""
@@ -166,7 +163,7 @@ class ReductionBuilder:
         rnumel = int(self.rnumel)
         chunk = math.ceil(rnumel / split)
         ranges = list(self.reduction_ranges)
-        identity = _split_identity(reduction_type, self.src_dtype)
+        identity = reduction_identity(reduction_type, self.src_dtype)
 
         # the split dimension goes first, so an outer reduction's partials stay contiguous
         def partial_fn(index, rindex):
@@ -218,15 +215,6 @@ def _is_outer(val, dims: list[int]) -> bool:
 
 def _replace_output(node: Reduction, output_index: int) -> Reduction:
     return dataclasses.replace(node, output_index=output_index)
-
-
-def _split_identity(reduction_type: str, dtype: torch.dtype):
-    if reduction_type in _IDENTITY:
-        return _IDENTITY[reduction_type]
-    if dtype.is_floating_point:
-        return float("-inf") if reduction_type == "max" else float("inf")
-    info = torch.iinfo(dtype)
-    return info.min if reduction_type == "max" else info.max
 
 
 def _check_sizes(x, dims):

@@ -175,6 +175,18 @@ deviations from the mean) and count of the values (Welford 1962; Chan, Golub and
 LeVeque 1979), one reduction with three outputs (`Reduction.output_index`)."""
 
 WELFORD_OUTPUTS = ("mean", "m2", "weight")
+_IDENTITIES = {"sum": 0, "prod": 1, "any": False, "all": True}
+
+
+def reduction_identity(reduction_type: str, dtype: torch.dtype) -> Any:
+    """The value that leaves a reduction unchanged, for masked-off lanes and padding
+    (``max``/``argmax``: -inf or the integer type's minimum; ``min``/``argmin``: +inf or
+    its maximum)."""
+    if reduction_type in _IDENTITIES:
+        return _IDENTITIES[reduction_type]
+    if reduction_type in ("max", "argmax"):
+        return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min
+    return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
 
 
 @dataclasses.dataclass
