@@ -186,7 +186,9 @@ def check(fn, *inputs):
         assert g.stride() == e.stride() or g.numel() <= 1
         tol = 1e-2 if e.dtype in (torch.float16, torch.bfloat16) else 1e-5
         if e.dtype.is_floating_point:
-            torch.testing.assert_close(g, e, rtol=tol, atol=tol, equal_nan=True)
+            # a reduction's rounding error grows with its values (the sum of 2048 terms, in another order)
+            scale = max(1.0, e.abs().nan_to_num(posinf=0, neginf=0).max().item()) if e.numel() else 1.0
+            torch.testing.assert_close(g, e, rtol=tol, atol=tol * scale, equal_nan=True)
         else:
             assert torch.equal(g, e)
     return graph
