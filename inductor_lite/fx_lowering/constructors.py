@@ -1,0 +1,108 @@
+"""Lowerings of copies, casts and constants: ``_to_copy``, ``clone``, ``copy``,
+``full``/``zeros``/``ones`` and their ``_like``/``new_`` forms, ``fill``, ``arange``."""
+
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..ir.indexing import as_expr
+from ..ir.nodes import IRNode
+from ..ir.ops import ops
+from .lowerings import NoLowering, cast, loader, register_lowering
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def _identity_cast(ctx, x):
+    size, dtype = ctx.out_size, ctx.out_dtype
+    load = loader(x, size, dtype)
+    return ctx.pointwise(load, [x])
+
+
+@register_lowering(aten._to_copy.default)
+def _lower_to_copy(ctx, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+                   memory_format=None):
+    if device is not None and torch.device(device) != x.get_device():
+        raise NoLowering("device transfer")
+    if layout not in (None, torch.strided):
+        raise NoLowering(f"layout {layout}")
+    return _identity_cast(ctx, x)
+
+
+@register_lowering(prims.convert_element_type.default)
+def _lower_convert_element_type(ctx, x, dtype):
+    return _identity_cast(ctx, x)
+
+
+@register_lowering(aten.clone.default)
+def _lower_clone(ctx, x, memory_format=None):
+    return _identity_cast(ctx, x)
+
+
+@register_lowering(aten.lift_fresh_copy.default)
+def _lower_lift_fresh_copy(ctx, x):
+    return _identity_cast(ctx, x)
+
+
+@register_lowering(aten.copy.default)
+def _lower_copy(ctx, dst, src, non_blocking=False):
+    return _identity_cast(ctx, src)
+
+
+def fill(ctx, value):
+    size, dtype = ctx.out_size, ctx.out_dtype
+    load = loader(value, size, dtype)
+    return ctx.pointwise(load, [value] if isinstance(value, IRNode) else [])
+
+
+def _check_fill_value(value):
+    if isinstance(value, sympy.Expr) and not value.is_integer:
+        raise NoLowering("symbolic float fill value")
+    return value
+
+
+@register_lowering(aten.full.default, aten.full_like.default, aten.new_full.default)
+def _lower_full(ctx, *args, **kwargs):
+    value = args[1] if ctx.node.target is not aten.new_full.default else args[2]
+    return fill(ctx, _check_fill_value(value))
+
+
+@register_lowering(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default)
+def _lower_zeros(ctx, *args, **kwargs):
+    return fill(ctx, 0)
+
+
+@register_lowering(aten.ones.default, aten.ones_like.default, aten.new_ones.default)
+def _lower_ones(ctx, *args, **kwargs):
+    return fill(ctx, 1)
+
+
+@register_lowering(aten.scalar_tensor.default)
+def _lower_scalar_tensor(ctx, value, **kwargs):
+    return fill(ctx, _check_fill_value(value))
+
+
+@register_lowering(aten.fill.Scalar, aten.fill.Tensor)
+def _lower_fill(ctx, x, value):
+    return fill(ctx, _check_fill_value(value))
+
+
+@register_lowering(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _lower_arange(ctx, *args, **kwargs):
+    numbers = [a for a in args]
+    start, step = (0, 1) if len(numbers) == 1 else (numbers[0], numbers[2] if len(numbers) > 2 else 1)
+    if any(isinstance(v, sympy.Expr) and not v.is_integer for v in (start, step)):
+        raise NoLowering("symbolic float arange")
+    dtype = ctx.out_dtype
+
+    def inner_fn(index):
+        if not dtype.is_floating_point:
+            return cast(ops.index_expr(as_expr(start) + index[0] * as_expr(step), torch.int64), torch.int64, dtype)
+        compute = torch.float64 if dtype == torch.float64 else torch.float32
+        i = cast(ops.index_expr(index[0], torch.int64), torch.int64, compute)
+        value = ops.add(loader(start, [], compute)(index), ops.mul(i, loader(step, [], compute)(index)))
+        return cast(value, compute, dtype)
+
+    return ctx.pointwise(inner_fn, [])

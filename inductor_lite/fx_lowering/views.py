@@ -1,0 +1,198 @@
+"""Lowerings of view ops: index remappings of their input, strided views
+(`ReinterpretView`) over realized buffers."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import sympy
+import torch
+
+from ..ir.indexing import Expr, as_expr, flat_to_vars, vars_to_flat
+from ..ir.nodes import (
+    Buffer, ComputedBuffer, GenericView, IRNode, Layout, ReinterpretView, StridedInfo, as_strided_view,
+    realized_layout, underlying_buffer, unwrap,
+)
+from .lowerings import LoweringContext, broadcast_index, lazy_origins, normalize_dim, normalize_slice, register_lowering
+
+aten = torch.ops.aten
+
+
+def make_view(ctx: LoweringContext, x: IRNode, reindex: Callable[[list[Expr]], list[Expr]],
+              out_val=None, in_val=None) -> IRNode:
+    """A view of ``x`` with the node's output size: strided when ``x`` is realized with
+    the strides its metadata says, an index remapping otherwise."""
+    out_val = ctx.val if out_val is None else out_val
+    in_val = ctx.arg_val(0) if in_val is None else in_val
+    info = None
+    if isinstance(out_val, torch.Tensor) and isinstance(in_val, torch.Tensor):
+        info = (StridedInfo.of(in_val), StridedInfo.of(out_val))
+    size = [as_expr(s) for s in out_val.size()]
+    view = GenericView(x, size, reindex, info)
+    view.origins = {**lazy_origins(x), ctx.node.name: ctx.op_name()}
+    if isinstance(unwrap(x), (Buffer, ReinterpretView)):
+        layout = as_strided_view(view)
+        if layout is not None:
+            return ReinterpretView(underlying_buffer(x), layout)
+    return view
+
+
+@register_lowering(aten._assert_tensor_metadata.default)
+def _lower_assert_tensor_metadata(ctx, x, *args, **kwargs):
+    """Checked at trace time: fake tensors carry exactly this metadata."""
+    return None
+
+
+@register_lowering(aten.alias.default, aten.detach.default, aten.lift_fresh.default)
+def _lower_alias(ctx, x):
+    return x
+
+
+@register_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _lower_view(ctx, x, size):
+    old_size, new_size = x.get_size(), ctx.out_size
+    if [s for s in old_size if s != 1] == [s for s in new_size if s != 1]:
+        return make_view(ctx, x, _unit_dims_reindex(old_size, new_size))
+
+    def reindex(index):
+        return flat_to_vars(vars_to_flat(index, new_size), old_size)
+
+    return make_view(ctx, x, reindex)
+
+
+def _unit_dims_reindex(old_size, new_size):
+    """Reindex for a view that only adds or removes size-1 dimensions."""
+    new_keep = [d for d, s in enumerate(new_size) if s != 1]
+    old_keep = [d for d, s in enumerate(old_size) if s != 1]
+
+    def reindex(index):
+        out = [sympy.Integer(0)] * len(old_size)
+        for od, nd in zip(old_keep, new_keep):
+            out[od] = index[nd]
+        return out
+
+    return reindex
+
+
+@register_lowering(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
+def _lower_squeeze(ctx, x, dim=None):
+    return make_view(ctx, x, _unit_dims_reindex(x.get_size(), ctx.out_size))
+
+
+@register_lowering(aten.unsqueeze.default)
+def _lower_unsqueeze(ctx, x, dim):
+    dim = normalize_dim(dim, len(x.get_size()) + 1)
+    return make_view(ctx, x, lambda index: index[:dim] + index[dim + 1:])
+
+
+@register_lowering(aten.permute.default)
+def _lower_permute(ctx, x, dims):
+    rank = len(x.get_size())
+    dims = [normalize_dim(d, rank) for d in dims]
+    if sorted(dims) != list(range(rank)):
+        raise ValueError(f"permute: {dims} is not a permutation of {rank} dims")
+
+    def reindex(index):
+        old = [sympy.Integer(0)] * rank
+        for new_d, old_d in enumerate(dims):
+            old[old_d] = index[new_d]
+        return old
+
+    return make_view(ctx, x, reindex)
+
+
+@register_lowering(aten.transpose.int)
+def _lower_transpose(ctx, x, dim0, dim1):
+    rank = len(x.get_size())
+    d0, d1 = normalize_dim(dim0, rank), normalize_dim(dim1, rank)
+
+    def reindex(index):
+        old = list(index)
+        old[d0], old[d1] = index[d1], index[d0]
+        return old
+
+    return make_view(ctx, x, reindex)
+
+
+@register_lowering(aten.t.default)
+def _lower_t(ctx, x):
+    if len(x.get_size()) < 2:
+        return x
+    return make_view(ctx, x, lambda index: [index[1], index[0]])
+
+
+@register_lowering(aten.expand.default)
+def _lower_expand(ctx, x, size, implicit=False):
+    in_size, out_size = x.get_size(), ctx.out_size
+    return make_view(ctx, x, lambda index: broadcast_index(index, in_size, out_size))
+
+
+def _slice_reindex(dim, start, step):
+    def reindex(index):
+        old = list(index)
+        old[dim] = start + index[dim] * step
+        return old
+
+    return reindex
+
+
+@register_lowering(aten.slice.Tensor)
+def _lower_slice(ctx, x, dim=0, start=None, end=None, step=1):
+    dim = normalize_dim(dim, len(x.get_size()))
+    start, _, step = normalize_slice(x.get_size()[dim], start, end, step)
+    return make_view(ctx, x, _slice_reindex(dim, start, step))
+
+
+def _select_reindex(dim, index_value):
+    return lambda index: list(index[:dim]) + [index_value] + list(index[dim:])
+
+
+@register_lowering(aten.select.int)
+def _lower_select(ctx, x, dim, index):
+    dim = normalize_dim(dim, len(x.get_size()))
+    index = as_expr(index)
+    if index.is_number and index < 0:
+        index = x.get_size()[dim] + index
+    return make_view(ctx, x, _select_reindex(dim, index))
+
+
+@register_lowering(aten.split.Tensor, aten.split_with_sizes.default)
+def _lower_split(ctx, x, split, dim=0):
+    dim = normalize_dim(dim, len(x.get_size()))
+    in_val = ctx.arg_val(0)
+    views, start = [], sympy.Integer(0)
+    for piece in ctx.val:
+        views.append(make_view(ctx, x, _slice_reindex(dim, start, 1), out_val=piece, in_val=in_val))
+        start = start + as_expr(piece.size(dim))
+    return views
+
+
+@register_lowering(aten.unbind.int)
+def _lower_unbind(ctx, x, dim=0):
+    dim = normalize_dim(dim, len(x.get_size()))
+    in_val = ctx.arg_val(0)
+    return [make_view(ctx, x, _select_reindex(dim, sympy.Integer(k)), out_val=piece, in_val=in_val)
+            for k, piece in enumerate(ctx.val)]
+
+
+@register_lowering(aten.as_strided.default)
+def _lower_as_strided(ctx, x, size, stride, storage_offset=None):
+    """Only over memory laid out as in eager: graph inputs, extern outputs, or a buffer
+    that is its whole storage (as_strided addresses the storage, not the view)."""
+    in_val = ctx.arg_val(0)
+    x = ctx.realize(x)
+    buffer = underlying_buffer(x)
+    layout = realized_layout(x)
+    if not StridedInfo.of(in_val).matches(layout):
+        raise NotImplementedError("as_strided of a tensor laid out differently from eager")
+    if isinstance(buffer, ComputedBuffer):
+        whole = in_val.untyped_storage().nbytes() == in_val.numel() * in_val.element_size()
+        if not (whole and layout.offset == 0 and in_val.storage_offset() == 0):
+            raise NotImplementedError("as_strided of a computed view that does not cover its storage")
+        base_offset = sympy.Integer(0)
+    else:
+        base_offset = getattr(buffer, "storage_offset", sympy.Integer(0))
+    offset = as_expr(in_val.storage_offset() if storage_offset is None else storage_offset)
+    out = ctx.val
+    return ReinterpretView(buffer, Layout(out.device, out.dtype, [as_expr(s) for s in out.size()],
+                                          [as_expr(s) for s in out.stride()], offset - base_offset))
