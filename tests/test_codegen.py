@@ -300,6 +300,10 @@ PTX_CASES = {
     "looped_softmax_argmax": (lambda x: (torch.softmax(x, -1), x.argmax(-1)), [torch.randn(3, 20000)]),
     "looped_var_mean_any": (lambda x: (*torch.var_mean(x, -1), (x > 3).any(-1)), [torch.randn(3, 20000)]),
     "outer_split_sum": (lambda x: x.sum(0), [torch.randn(2048, 64)]),
+    "tiled_transpose_add": (lambda x: x.t().contiguous() + 1, [torch.randn(64, 96)]),
+    "tiled_channels_last_bf16": (lambda x: x.contiguous(memory_format=torch.channels_last).relu(),
+                                 [torch.randn(2, 24, 8, 8).bfloat16()]),
+    "tiled_permute_int64": (lambda x: x.permute(2, 0, 1) * 3, [torch.randint(-9, 9, (16, 8, 40))]),
 }
 
 

@@ -214,7 +214,7 @@ def test_cuda_wrapper_binds_one_launcher_per_kernel_at_load(monkeypatch):
     kinds = ("tensor", "tensor", "tensor", "int")
     (binding,) = tuned
     assert (binding["kernel"], binding["device"], binding["arg_kinds"]) == (namespace[kernel.name], CUDA0, kinds)
-    assert list(binding["configs"]) == kernel.configs and binding["xnumel_arg"] == 3
+    assert list(binding["configs"]) == kernel.configs and tuple(binding["grid"]) == ((3, "XBLOCK"),)
     # one `bind_launcher` per candidate config, all at load
     assert len(bound) == len(kernel.configs)
     for b, c in zip(bound, kernel.configs):

@@ -113,6 +113,31 @@ def pointwise(numel, element_size: int, xblock: int = 1024, num_warps: int = 4) 
     return _unique([default] + options)
 
 
+def pointwise_tiled(ynumel, xnumel, element_size: int) -> list[Config]:
+    """Candidates of a 2-D tiled pointwise kernel over ``[ynumel, xnumel]``
+    (`scheduler.tiling`), in ``[YBLOCK, XBLOCK]`` tiles.
+
+    Square-ish tiles, so that both the accesses along ``xindex`` and those along
+    ``yindex`` move whole 128-byte lines: the default is 64x64 over 4 warps (32
+    elements, 128 bytes of fp32, a thread, as the 1-D default), alternatives 32x32 to
+    128x64 over 4 or 8 warps. Each side is capped at its static size's next power of
+    two; the tile goes through shared memory once (``YBLOCK * XBLOCK * 4`` bytes).
+    """
+    ycap, xcap = (next_power_of_2(n) if n is not None else 1 << 30 for n in (_static(ynumel), _static(xnumel)))
+
+    def make(yblock: int, xblock: int, warps: int) -> Config:
+        yblock, xblock = max(1, min(yblock, ycap)), max(1, min(xblock, xcap))
+        while warps > 1 and yblock * xblock < 32 * warps * 4:
+            warps //= 2
+        return Config.of(warps, YBLOCK=yblock, XBLOCK=xblock)
+
+    per_thread = max(1, 4 // element_size)  # half inputs: twice the elements for the same bytes
+    default = make(64, 64, 4)
+    options = [make(y, x, w) for y, x, w in ((32, 32, 4), (64, 32 * per_thread, 4), (128, 64, 8),
+                                             (64, 128, 8), (32, 128, 4), (128, 32, 4))]
+    return _unique([default] + options)
+
+
 def persistent_reduction(numel, rnumel: int, element_size: int) -> list[Config]:
     """Candidates of a persistent reduction of rows of ``rnumel`` (static, at most
     `PERSISTENT_MAX_RBLOCK` rounded up) over ``numel`` rows, ``RBLOCK`` fixed to the

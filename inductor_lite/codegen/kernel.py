@@ -62,6 +62,7 @@ from ..ir.nodes import Reduction, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT, RFLAT
 from ..scheduler.fusion import KernelGroup
+from ..scheduler.tiling import YFLAT, Tiling, choose_tiling
 from . import heuristics
 from .heuristics import Config
 from .printer import kexpr
@@ -124,9 +125,11 @@ class KernelSource:
         source: the ``@dl.kernel`` function's text.
         call_args: runtime arguments in order: ``('buffer', name)`` for a tensor,
             ``('expr', sympy)`` for an integer the wrapper computes.
-        numel, rnumel: the group; the grid is ``cdiv(numel, XBLOCK)`` programs.
+        numel, rnumel: the group.
         configs: launch candidates (block sizes are the kernel's constexprs), the
             untuned default first (`heuristics`).
+        grid: ``(position in call_args, block name)`` per tiled axis: the kernel runs
+            ``prod(cdiv(arg, block))`` programs (a 1-D grid).
     """
 
     name: str
@@ -135,6 +138,7 @@ class KernelSource:
     numel: Expr
     rnumel: Expr
     configs: list[Config]
+    grid: tuple[tuple[int, str], ...]
 
     @property
     def config(self) -> Config:
@@ -181,22 +185,29 @@ class KernelCodegen(OpsHandler):
         reduction_axis: the tile axis ``rindex`` runs along (1, or 0 for outer reductions).
         index_dtype: int32 or int64 index math.
         buffer_dtypes: a buffer's dtype by name.
+        tiling: a pointwise kernel's 2-D `Tiling`, or None.
     """
 
     def __init__(self, numel: Expr, rnumel: Expr, persistent: bool, reduction_axis: int, index_dtype: torch.dtype,
-                 buffer_dtypes: Callable[[str], torch.dtype]):
+                 buffer_dtypes: Callable[[str], torch.dtype], tiling: Optional[Tiling] = None):
         self.numel, self.rnumel = numel, rnumel
         self.is_reduction = rnumel != 1
         self.persistent = persistent
         self.axis = reduction_axis
         self.index_dtype = index_dtype
         self.buffer_dtypes = buffer_dtypes
-        self.ranges = {FLAT: numel, RFLAT: rnumel} if self.is_reduction else {FLAT: numel}
+        self.tiling = tiling
+        if tiling is not None:
+            self.ranges = tiling.ranges()
+        else:
+            self.ranges = {FLAT: numel, RFLAT: rnumel} if self.is_reduction else {FLAT: numel}
+        self.tile_symbols = frozenset(self.ranges)
         self.body = _Scope(loop=False)
         self.scopes = [self.body]
         self.index_lines: list[str] = []
         self.index_names: dict[Expr, sympy.Symbol] = {}
         self.local_index_symbols: set[sympy.Symbol] = set()
+        self.indirect_masks: dict[sympy.Symbol, Optional[CSEVar]] = {}  # index symbol of a value -> bounds check
         self.in_ptrs: dict[str, str] = {}
         self.out_ptrs: dict[str, str] = {}
         self.size_symbols: set[sympy.Symbol] = set()
@@ -239,21 +250,24 @@ class KernelCodegen(OpsHandler):
         return xs[0].dtype
 
     def simplify(self, index: Expr) -> Expr:
+        """``index`` (over the flat `FLAT` and `RFLAT`) over the kernel's index symbols, simplified."""
+        if self.tiling is not None:
+            return self.tiling.split(index)
         return simplify_index(index, self.ranges)
 
     def index_str(self, index: Expr) -> str:
-        """DSL text of an index expression over ``xindex``/``rindex`` (simplified, parts named)."""
+        """DSL text of an index expression over the kernel's index symbols (simplified, parts named)."""
         expr = self.simplify(index)
-        parts = sorted((a for a in expr.atoms(FloorDiv, ModularIndexing) if a.has(FLAT) or a.has(RFLAT)),
+        parts = sorted((a for a in expr.atoms(FloorDiv, ModularIndexing) if a.free_symbols & self.tile_symbols),
                        key=sympy.default_sort_key)
         expr = expr.xreplace({a: self._index_name(a) for a in parts})
         self.size_symbols |= {s for s in expr.free_symbols
-                              if s not in (FLAT, RFLAT) and s not in self.index_names.values()
+                              if s not in self.tile_symbols and s not in self.index_names.values()
                               and s not in self.local_index_symbols}
         return kexpr(expr)
 
     def _index_name(self, atom: Expr) -> sympy.Symbol:
-        self.size_symbols |= {s for s in atom.free_symbols if s not in (FLAT, RFLAT)}
+        self.size_symbols |= {s for s in atom.free_symbols if s not in self.tile_symbols}
         if atom.has(RFLAT):  # changes with rindex: computed where it is used
             symbol = sympy.Symbol(str(self._emit(kexpr(atom), self.index_dtype)), integer=True, nonnegative=True)
             self.local_index_symbols.add(symbol)
@@ -268,7 +282,13 @@ class KernelCodegen(OpsHandler):
     def _index_mask(self, index: Expr) -> Optional[str]:
         """The mask an access at ``index`` needs: by the index variables it uses."""
         symbols = self.simplify(index).free_symbols
+        if symbols & self.indirect_masks.keys():  # a loaded index may be garbage in any masked-off lane
+            symbols = symbols | self.tile_symbols
         uses_r = self.has_rmask and RFLAT in symbols
+        if self.tiling is not None:
+            if (FLAT in symbols) == (YFLAT in symbols):
+                return self._emit("ymask & xmask", torch.bool).text
+            return "xmask" if FLAT in symbols else "ymask"
         if not self.is_reduction:
             return "xmask"
         if uses_r and FLAT in symbols:
@@ -279,6 +299,9 @@ class KernelCodegen(OpsHandler):
 
     def _mask(self, index: Expr) -> Optional[str]:
         base = self._index_mask(index)
+        for symbol in sorted(sympy.sympify(index).free_symbols & self.indirect_masks.keys(), key=str):
+            if self.indirect_masks[symbol] is not None:
+                base = self._emit(f"{base} & {self.indirect_masks[symbol]}", torch.bool).text
         if not self.masks:
             return base
         return self._emit(f"{base} & {self.masks[-1]}", torch.bool).text if base else self.masks[-1]
@@ -310,7 +333,11 @@ class KernelCodegen(OpsHandler):
         ptr = self.out_ptrs.setdefault(name, f"out_ptr{len(self.out_ptrs)}")
         offset = self.index_str(index)
         symbols = self.simplify(index).free_symbols
-        if FLAT not in symbols and RFLAT not in symbols:
+        if self.tiling is not None and not {FLAT, YFLAT} <= symbols:
+            # a pointer block covers the tile (size-1 dims can drop an index symbol)
+            offset = f"dl.full([YBLOCK, XBLOCK], {offset}, {dsl_dtype(self.index_dtype)})" if not symbols & {
+                FLAT, YFLAT} else f"dl.broadcast_to({offset}, [YBLOCK, XBLOCK])"
+        elif FLAT not in symbols and RFLAT not in symbols:
             # a store's pointer must be a block even when every lane writes one element
             shape = "[XBLOCK, 1]" if self.is_reduction and self.axis == 1 else \
                 "[1, XBLOCK]" if self.is_reduction else "[XBLOCK]"
@@ -448,6 +475,20 @@ class KernelCodegen(OpsHandler):
             # needs_int64 proved every index value fits int32: skip the widening
             return self._emit(text, torch.int32)
         return self._emit(f"{text}.to({dsl_dtype(dtype)})", dtype)
+
+    def indirect_indexing(self, x: CSEVar, size: Expr, check: bool = True, wrap_neg: bool = True) -> sympy.Symbol:
+        """``x`` as an int64 index symbol (``wrap_neg``: negative values count from the
+        end); with ``check``, loads through it are masked to ``0 <= x < size`` so that
+        none leaves the tensor."""
+        x = self.to_dtype(self._typed(x), torch.int64)
+        n = self.index_expr(size, torch.int64)
+        if wrap_neg:
+            x = self.where(self.lt(x, self.constant(0, torch.int64)), self.add(x, n), x)
+        symbol = sympy.Symbol(x.text, integer=True, nonnegative=True)  # in range wherever a load uses it
+        self.local_index_symbols.add(symbol)
+        in_range = self.logical_and(self.ge(x, self.constant(0, torch.int64)), self.lt(x, n))
+        self.indirect_masks[symbol] = in_range if check else None
+        return symbol
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
         if x.dtype == dtype:
@@ -692,7 +733,8 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     index_dtype = torch.int64 if needs_int64(group) else torch.int32
     axis = reduction_axis(group) if group.is_reduction else 1
     persistent = is_persistent(group, axis)
-    cg = KernelCodegen(group.numel, group.rnumel, persistent, axis, index_dtype, buffer_dtypes)
+    tiling = choose_tiling(group, lambda name: buffer_dtypes(name).itemsize)
+    cg = KernelCodegen(group.numel, group.rnumel, persistent, axis, index_dtype, buffer_dtypes, tiling)
     looped = group.is_reduction and not persistent
     pending_reductions: set[str] = set()  # reduction results of the open loop
     with set_ops_handler(cg):
@@ -713,9 +755,15 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
 
     name = kernel_name(group, index, persistent)
     symbols = sorted(cg.size_symbols, key=lambda s: s.name)
-    params = [*cg.in_ptrs.values(), *cg.out_ptrs.values(), "xnumel"]
+    params = [*cg.in_ptrs.values(), *cg.out_ptrs.values()]
     call_args: list[tuple[str, Any]] = [("buffer", n) for n in cg.in_ptrs] + [("buffer", n) for n in cg.out_ptrs]
-    call_args.append(("expr", group.numel))
+    grid = [(len(call_args), "XBLOCK")]
+    params.append("xnumel")
+    call_args.append(("expr", tiling.xnumel if tiling is not None else group.numel))
+    if tiling is not None:
+        grid.append((len(call_args), "YBLOCK"))
+        params.append("ynumel")
+        call_args.append(("expr", tiling.ynumel))
     if group.is_reduction:
         params.append("rnumel")
         call_args.append(("expr", group.rnumel))
@@ -724,7 +772,15 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     pid = "dl.program_id(0).to(dl.int64)" if index_dtype == torch.int64 else "dl.program_id(0)"
     body = [f"# FX nodes: {', '.join(group.origins())}"]
     element_size = _element_size(buffer_dtypes, list(cg.in_ptrs) + list(cg.out_ptrs))
-    if not group.is_reduction:
+    if tiling is not None:
+        # consecutive programs walk along x, then move down one row of tiles
+        body += [f"pid = {pid}", "xblocks = (xnumel + XBLOCK - 1) // XBLOCK",
+                 "xindex = (pid % xblocks) * XBLOCK + dl.arange(0, XBLOCK)[None, :]",
+                 "yindex = (pid // xblocks) * YBLOCK + dl.arange(0, YBLOCK)[:, None]",
+                 "xmask = xindex < xnumel", "ymask = yindex < ynumel"]
+        constexprs = ["YBLOCK", "XBLOCK"]
+        configs = heuristics.pointwise_tiled(tiling.ynumel, tiling.xnumel, element_size)
+    elif not group.is_reduction:
         body += [f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         constexprs = ["XBLOCK"]
         configs = heuristics.pointwise(group.numel, element_size, config.xblock, config.num_warps)
@@ -743,7 +799,7 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     body += cg.index_lines + cg.body.lines
     signature = ", ".join(params + [f"{c}: dl.constexpr" for c in constexprs])
     source = "\n".join(["@dl.kernel", f"def {name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
-    return KernelSource(name, source, call_args, group.numel, group.rnumel, configs)
+    return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid))
 
 
 def _codegen_node(cg: KernelCodegen, node, placement, keep: bool) -> None:

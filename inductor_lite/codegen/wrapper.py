@@ -34,7 +34,7 @@ loads, to the kernel's device, argument kinds and candidate configs
 (``runtime.tuned_launcher.bind_tuned_launcher``)::
 
     launch_poi_fused_add_0 = bind_tuned_launcher(poi_fused_add_0, device_0, ("tensor", "tensor", "tensor", "int"),
-                                                 [Config.of(4, XBLOCK=1024), ...], xnumel_arg=3)
+                                                 [Config.of(4, XBLOCK=1024), ...], grid=((3, 'XBLOCK'),))
 
 which picks a config per set of sizes (timing the candidates on the first call) and
 computes the grid, so a launch re-checks only what the compiled binary assumes and the code does not fix.
@@ -179,22 +179,26 @@ class WrapperCodegen:
         device = self._kernel_device(kernel)
         config = kernel.config
         if device is None or device.type != "cuda":
-            xblock = config.kwargs["XBLOCK"]
-            grid_x = str(math.ceil(int(numel) / xblock)) if numel.is_number else \
-                f"dl.cdiv({self._expr(numel)}, {xblock})"
+            blocks = config.kwargs
+            grid = " * ".join(self._cdiv(kernel.call_args[i][1], blocks[block]) for i, block in kernel.grid)
             constexprs = "".join(f", {k}={v}" for k, v in config.blocks)
-            self.out.line(f"{kernel.name}[{_tuple([grid_x])}]({', '.join(args)}{constexprs}, "
+            self.out.line(f"{kernel.name}[({grid},)]({', '.join(args)}{constexprs}, "
                           f"num_warps={config.num_warps})")
             return
         kinds = _tuple([repr("tensor" if kind == "buffer" else "int") for kind, _ in kernel.call_args])
-        xnumel_position = [i for i, (kind, _) in enumerate(kernel.call_args) if kind == "expr"][0]
         launcher = f"launch_{kernel.name}"
         configs = "[" + ", ".join(_config_source(c) for c in kernel.configs) + "]"
         self.bindings.append(
             f"{launcher} = bind_tuned_launcher({kernel.name}, {self.out.device(device)}, {kinds}, {configs}, "
-            f"xnumel_arg={xnumel_position})"
+            f"grid={kernel.grid!r})"
         )
         self.out.line(f"{launcher}({', '.join(args)})")
+
+    def _cdiv(self, numel, block: int) -> str:
+        numel = sympy.sympify(numel)
+        if numel.is_number:
+            return str(-(-int(numel) // block))
+        return f"dl.cdiv({self._expr(numel)}, {block})"
 
     def _kernel_device(self, kernel: KernelSource) -> Optional[torch.device]:
         """The device of a kernel's tensor arguments; None when it has none or they disagree."""

@@ -8,6 +8,10 @@ forward pass gives each value a *home* layout:
 - reductions produce ``slice(parent, axis)``; ``x[:, None]`` of a slice is the parent
   again, so the usual ``sum(x, 1)[:, None]`` never moves data;
 - loads take their pointer's layout, elementwise ops their first placed operand's;
+- a load or store of a whole tile whose pointers run contiguously along another dim
+  than the default layout's fastest gets a layout of its own along that dim (Triton's
+  coalescing pass): one side of a transpose is then as coalesced as the other, and
+  its values move between the two layouts through shared memory;
 - values computed only from constants, ``arange``, ``splat`` and scalars are `FREE`:
   the lowering recomputes them in whatever layout a consumer wants (cheap integer
   index math), which is what keeps ``xindex``/``rindex`` conversion-free;
@@ -48,6 +52,9 @@ class LayoutPlan:
     num_warps: int
     defaults: dict[int, BlockedLayout]
     homes: dict[int, Home] = field(default_factory=dict)
+    accesses: dict[int, BlockedLayout] = field(default_factory=dict)
+    """``id(op)`` of a whole-tile load/store with contiguous pointers -> the layout
+    coalesced along them (a load only where that is not the default)."""
 
     def home(self, v: ir.Value) -> Home:
         if v.type.is_scalar:
@@ -62,6 +69,19 @@ class LayoutPlan:
     def default(self, rank: int) -> BlockedLayout:
         return self.defaults[rank]
 
+    def store_layout(self, op: ir.Op) -> Layout:
+        """The layout a block store is done in: its pointer's if placed; else its
+        value's, unless that runs along another dim than the store's coalesced layout,
+        which then takes over (the value converts); else its mask's, else the default."""
+        ptr, value = op.operands[0], op.operands[1]
+        mask = op.operands[2] if len(op.operands) > 2 else None
+        coalesced = self.accesses.get(id(op))
+        home = self.placed(value)
+        if coalesced is not None and isinstance(home, BlockedLayout) and home.order[0] != coalesced.order[0]:
+            home = None
+        return (self.placed(ptr) or home or coalesced or (self.placed(mask) if mask is not None else None)
+                or self.default(len(ptr.type.shape)))
+
 
 def _walk_values(fn: ir.Function):
     yield from fn.arg_values
@@ -72,7 +92,22 @@ def _walk_values(fn: ir.Function):
             yield from op.attrs["carried"]
 
 
-def _default_layouts(fn: ir.Function, num_warps: int, axis: dict[int, AxisInfo]) -> dict[int, BlockedLayout]:
+def _blocked(tile: list[int], num_warps: int, fast: int, vec: int, reduced: set[int]) -> BlockedLayout:
+    """The blocked layout of ``tile`` with ``fast`` fastest, ``vec`` elements a thread
+    along it, and warps placed off the ``reduced`` dims first."""
+    rank = len(tile)
+    numel = 1
+    for s in tile:
+        numel *= s
+    order = (fast,) + tuple(d for d in reversed(range(rank)) if d != fast)
+    vec = min(vec, tile[fast], max(1, numel // (WARP_SIZE * num_warps)))
+    warp_order = tuple(d for d in order if d not in reduced) + tuple(d for d in order if d in reduced)
+    return default_blocked_layout(tuple(tile), num_warps, vec=vec, order=order, warp_order=warp_order)
+
+
+def _layouts(fn: ir.Function, num_warps: int,
+             axis: dict[int, AxisInfo]) -> tuple[dict[int, BlockedLayout], dict[int, BlockedLayout]]:
+    """The default layout per rank, and the accesses that get a layout of their own."""
     tiles: dict[int, list[int]] = {}
     for v in _walk_values(fn):
         shape = v.type.shape
@@ -82,6 +117,7 @@ def _default_layouts(fn: ir.Function, num_warps: int, axis: dict[int, AxisInfo])
     # Each memory access votes (elements moved, fast dim, contiguity, vector width);
     # the biggest access decides which dim is fastest.
     votes: dict[int, list[tuple[int, int, int, int]]] = {}
+    accesses: list[tuple[ir.Op, int, int, int, int]] = []  # (op, rank, fast dim, its contiguity, vec)
     for op in fn.walk():
         if op.opcode not in ("load", "store"):
             continue
@@ -96,6 +132,7 @@ def _default_layouts(fn: ir.Function, num_warps: int, axis: dict[int, AxisInfo])
         fast = max(range(rank), key=lambda d: (info.contiguity[d], d))
         vec = vector_width(info, element_bytes(ptr.type.element.element), fast, mask_info)
         votes.setdefault(rank, []).append((ptr.type.numel, fast, info.contiguity[fast], vec))
+        accesses.append((op, rank, fast, info.contiguity[fast], vec))
     # Dims that reductions run along get warps last, so reductions stay inside warps.
     reduced: dict[int, set[int]] = {}
     for op in fn.walk():
@@ -103,20 +140,22 @@ def _default_layouts(fn: ir.Function, num_warps: int, axis: dict[int, AxisInfo])
             reduced.setdefault(len(op.operands[0].type.shape), set()).add(op.attrs["axis"])
     defaults = {}
     for rank, tile in tiles.items():
-        numel = 1
-        for s in tile:
-            numel *= s
-        order = tuple(reversed(range(rank)))
-        vec = 1
+        fast, vec = rank - 1, 1
         if votes.get(rank):
             fast = max(votes[rank], key=lambda v: (v[0], v[2], v[3], v[1]))[1]
             vec = max(v[3] for v in votes[rank] if v[1] == fast)
-            order = (fast,) + tuple(d for d in reversed(range(rank)) if d != fast)
-        vec = min(vec, tile[order[0]], max(1, numel // (WARP_SIZE * num_warps)))
-        axes = reduced.get(rank, set())
-        warp_order = tuple(d for d in order if d not in axes) + tuple(d for d in order if d in axes)
-        defaults[rank] = default_blocked_layout(tuple(tile), num_warps, vec=vec, order=order, warp_order=warp_order)
-    return defaults
+        defaults[rank] = _blocked(tile, num_warps, fast, vec, reduced.get(rank, set()))
+    own = {}
+    for op, rank, fast, contiguity, vec in accesses:
+        tile = tiles[rank]
+        whole_tile = op.operands[0].type.shape == tuple(tile)
+        if not whole_tile or contiguity == 1:
+            continue
+        if fast != defaults[rank].order[0]:
+            own[id(op)] = _blocked(tile, num_warps, fast, vec, reduced.get(rank, set()))
+        elif op.opcode == "store":
+            own[id(op)] = defaults[rank]
+    return defaults, own
 
 
 class _Planner:
@@ -151,7 +190,9 @@ class _Planner:
             self.set(res, first)
         elif code == "expand_dims":
             self.set(res, expand_layout(first, op.attrs["axis"]) or self.plan.default(len(res.type.shape)))
-        elif code in _REMATERIALIZABLE or code == "load":
+        elif code == "load":
+            self.set(res, first or self.plan.accesses.get(id(op)) or self.plan.default(len(res.type.shape)))
+        elif code in _REMATERIALIZABLE:
             self.set(res, first or self.plan.default(len(res.type.shape)))
         elif code in ("reduce", "argreduce", "welford_combine") and op.attrs.get("axis") is not None:
             parent = first or self.plan.default(len(blocks[0].type.shape))
@@ -192,6 +233,7 @@ def plan_layouts(fn: ir.Function, num_warps: int, axis: dict[int, AxisInfo]) -> 
     Raises:
         ValueError: a block dim or ``num_warps`` that is not a power of two.
     """
-    plan = LayoutPlan(num_warps, _default_layouts(fn, num_warps, axis))
+    defaults, accesses = _layouts(fn, num_warps, axis)
+    plan = LayoutPlan(num_warps, defaults, accesses=accesses)
     _Planner(plan).block(fn.body)
     return plan

@@ -365,9 +365,7 @@ class MemoryCodegen:
                 pred = self.b.and_(pred, self.scalar(mask))
             self.store_group(self.scalar(ptr), pred, [self.scalar(value)], elem)
             return
-        layout = (self.plan.placed(ptr) or self.plan.placed(value)
-                  or (self.plan.placed(mask) if mask is not None else None)
-                  or self.plan.default(len(ptr.type.shape)))
+        layout = self.plan.store_layout(op)
         dist = distribute(layout, ptr.type.shape)
         ptrs = self.regs(ptr, layout)
         values = self.regs(value, layout) if not value.type.is_scalar else [self.scalar(value)] * dist.num_regs

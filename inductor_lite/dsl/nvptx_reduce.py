@@ -73,6 +73,47 @@ def flat_offset(dist: Distribution, reg: int) -> int:
     return sum(o * s for o, s in zip(dist.reg_offsets[reg], _row_major_strides(dist.shape)))
 
 
+def _lane_bits(dist: Distribution) -> set[int]:
+    """Bits of the row-major flat index that the lane id walks (one per non-replica lane bit)."""
+    strides = _row_major_strides(dist.shape)
+    return {sum(c * s for c, s in zip(basis, strides)).bit_length() - 1 for basis in dist.lane_bases if any(basis)}
+
+
+def swizzle_map(src: Distribution, dst: Distribution, slot_bytes: int) -> dict[int, int]:
+    """An XOR swizzle of shared-memory slots for a conversion from ``src`` to ``dst``:
+    ``{bit h: bank bit t}`` means slot ``i`` goes to ``i ^ (((i >> h) & 1) << t)``.
+
+    Shared memory has 32 banks of 4 bytes. Writing in ``src`` order and reading in
+    ``dst`` order at the plain row-major slot makes one of them walk a column (a
+    transpose): lanes 32 apart in the slot index hit one bank, and the access
+    serialises 32 ways. XORing each lane-walked bit above the bank bits into a bank
+    bit that no other lane bit of that distribution uses gives every lane of a warp
+    its own bank on both sides (the idea of Triton's swizzled shared layouts). Only
+    bank bits change, from bits above them, so the map is a bijection of ``[0, n)``.
+    """
+    word_shift = max(0, 2 - (slot_bytes.bit_length() - 1))  # slot-index bits inside one 4-byte word
+    bank_bits = set(range(word_shift, word_shift + 5 - max(0, (slot_bytes.bit_length() - 1) - 2)))
+    lanes = [_lane_bits(src), _lane_bits(dst)]
+    used = [bits & bank_bits for bits in lanes]
+    out = {}
+    for h in sorted((lanes[0] | lanes[1]) - bank_bits):
+        if h < max(bank_bits):
+            continue
+        sides = [i for i in (0, 1) if h in lanes[i]]
+        free = sorted(bank_bits - set().union(*(used[i] for i in sides)))
+        if free:
+            out[h] = free[0]
+            for i in sides:
+                used[i].add(free[0])
+    return out
+
+
+def _swizzle(index: int, swizzle: dict[int, int]) -> int:
+    for h, t in swizzle.items():
+        index ^= ((index >> h) & 1) << t
+    return index
+
+
 def _slot_bytes(t: llir.Type) -> int:
     if t in (I64, F64) or isinstance(t, llir.PointerType):
         return 8
@@ -131,17 +172,35 @@ class ReduceCodegen:
         base = self.flat_base(dist)
         return self.b.add(base, llir.Constant(I32, off)) if off else base
 
+    def _swizzled_indices(self, dist: Distribution, swizzle: dict[int, int]) -> list[llir.Value]:
+        """Every register's shared-memory slot under ``swizzle`` (see `swizzle_map`).
+        The lane/warp part and the register part of the flat index use disjoint bits and
+        the swizzle is linear over XOR, so the thread's part is swizzled once and each
+        register's part is a constant."""
+        base = self.flat_base(dist)
+        if swizzle:
+            b, moved = self.b, base
+            for h, t in swizzle.items():
+                bit = b.and_(b.lshr(base, llir.Constant(I32, h)), llir.Constant(I32, 1))
+                moved = b.xor(moved, b.shl(bit, llir.Constant(I32, t)))
+            base = moved
+        out = []
+        for reg in range(dist.num_regs):
+            off = _swizzle(flat_offset(dist, reg), swizzle)
+            out.append(self.b.xor(base, llir.Constant(I32, off)) if off else base)
+        return out
+
     def convert(self, regs: list[llir.Value], src: Distribution, dst: Distribution) -> list[llir.Value]:
         """Move a block from distribution ``src`` to ``dst`` (same element count; the
         shapes may differ, which is a row-major reshape) through shared memory.
 
-        One scalar ``st.shared``/``ld.shared`` per register, with bank conflicts left
-        as they fall: simple, and off every hot path we know of. The layout plan
-        (`nvptx_layouts`) keeps loads, elementwise chains, reductions and
-        ``[:, None]`` broadcasts in one layout, so only ``reshape`` and mixing a 1-D
-        loaded block with a 1-D reduction result convert; codegen's kernels, the
-        benchmark kernels and the test corpus (Welford kernels included) need no
-        conversion except the corpus's explicit ``reshape``."""
+        One scalar ``st.shared``/``ld.shared`` per register, at slots swizzled
+        (`swizzle_map`) so that neither side's warps conflict on banks. The layout
+        plan (`nvptx_layouts`) keeps loads, elementwise chains, reductions and
+        ``[:, None]`` broadcasts in one layout; conversions come from ``reshape``,
+        from mixing a 1-D loaded block with a 1-D reduction result, and from an access
+        whose own layout follows another axis than its neighbours' (one side of a
+        transpose in a tiled kernel)."""
         n_src = 1
         for s in src.shape:
             n_src *= s
@@ -152,11 +211,12 @@ class ReduceCodegen:
             raise LoweringError(f"cannot convert a block of shape {src.shape} to shape {dst.shape}")
         t = regs[0].type
         self.reserve_shared(n_src * _slot_bytes(t))
+        swizzle = swizzle_map(src, dst, _slot_bytes(t))
         self.barrier_before_shared_write()
-        for j, r in enumerate(regs):
-            self.smem_store(r, 0, self.flat_index(src, j), t)
+        for r, slot in zip(regs, self._swizzled_indices(src, swizzle)):
+            self.smem_store(r, 0, slot, t)
         self.barrier()
-        return [self.smem_load(0, self.flat_index(dst, j), t) for j in range(dst.num_regs)]
+        return [self.smem_load(0, slot, t) for slot in self._swizzled_indices(dst, swizzle)]
 
     # -- shuffles -------------------------------------------------------------------------
     def shfl_xor(self, x: llir.Value, lane_mask: int) -> llir.Value:

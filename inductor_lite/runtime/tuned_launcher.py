@@ -8,8 +8,9 @@ remembers it, so later calls cost a tuple build and a dict lookup on top of the 
 launcher. Without tuning (``INDUCTOR_LITE_AUTOTUNE=0``, the interpreter) the default
 config launches.
 
-The grid is ``(cdiv(xnumel, XBLOCK), 1, 1)``: every generated kernel gives each program
-``XBLOCK`` consecutive x positions (rows, for reductions).
+The grid is 1-D: ``prod(cdiv(numel, BLOCK))`` over the kernel's tiled axes, each a
+size argument and the block size of its axis (``xnumel`` and ``XBLOCK``, and for a 2-D
+tiled pointwise kernel ``ynumel`` and ``YBLOCK`` too).
 """
 
 from __future__ import annotations
@@ -24,34 +25,34 @@ from .launcher import _device_index, bind_launcher
 
 
 def bind_tuned_launcher(kernel: Any, device: int | str | torch.device, arg_kinds: Sequence[str],
-                        configs: Sequence[Any], xnumel_arg: int) -> Callable[..., None]:
+                        configs: Sequence[Any], grid: Sequence[tuple[int, str]]) -> Callable[..., None]:
     """``launch(*args)`` for a generated ``kernel`` on ``device``.
 
     Args:
         kernel: a DSL kernel whose constexprs are the configs' block sizes.
         arg_kinds: as `launcher.bind_launcher`.
         configs: `heuristics.Config` candidates, the default first.
-        xnumel_arg: the position of ``xnumel`` among the arguments.
+        grid: ``(argument position, block name)`` per tiled axis, e.g.
+            ``((3, "XBLOCK"),)``: the launch runs ``prod(cdiv(args[i], block))`` programs.
 
     Raises:
-        ValueError: no configs, or a config without ``XBLOCK``; what
-            `launcher.bind_launcher` raises.
+        ValueError: no configs, no grid axes, or a config without one of the grid's
+            block sizes; what `launcher.bind_launcher` raises.
     """
-    if not configs or any("XBLOCK" not in c.kwargs for c in configs):
-        raise ValueError(f"kernel {kernel.name!r}: every launch config needs an XBLOCK")
-    return _TunedLauncher(kernel, _device_index(device), tuple(arg_kinds), list(configs), xnumel_arg).launch
+    if not configs or not grid or any(block not in c.kwargs for c in configs for _, block in grid):
+        raise ValueError(f"kernel {kernel.name!r}: needs configs that set every grid block size {list(grid)}")
+    return _TunedLauncher(kernel, _device_index(device), tuple(arg_kinds), list(configs), tuple(grid)).launch
 
 
 class _TunedLauncher:
-    def __init__(self, kernel, device: int, arg_kinds: tuple, configs: list, xnumel_arg: int):
+    def __init__(self, kernel, device: int, arg_kinds: tuple, configs: list, grid: tuple):
         self.kernel = kernel
         self.device = torch.device("cuda", device)
         self.configs = configs
         self.launchers = [bind_launcher(kernel, device, arg_kinds, c.num_warps, num_stages=c.num_stages, **c.kwargs)
                           for c in configs]
-        self.xblocks = [c.kwargs["XBLOCK"] for c in configs]
+        self.grid_axes = [tuple((i, c.kwargs[block]) for i, block in grid) for c in configs]
         self.int_args = tuple(i for i, kind in enumerate(arg_kinds) if kind == "int")
-        self.xnumel_arg = xnumel_arg
         # the kernel's name is not unique across graphs: decisions are keyed by its source
         self.tune_name = f"{kernel.name}-{hashlib.sha256(kernel.source.encode()).hexdigest()[:16]}"
         self.chosen: dict[tuple, int] = {}
@@ -61,18 +62,24 @@ class _TunedLauncher:
         index = self.chosen.get(key)
         if index is None:
             index = self.chosen[key] = self._choose(key, args)
-        xnumel = args[self.xnumel_arg]
-        if xnumel:
-            self.launchers[index]((-(-xnumel // self.xblocks[index]), 1, 1), *args)
+        programs = self._programs(index, args)
+        if programs:
+            self.launchers[index]((programs, 1, 1), *args)
+
+    def _programs(self, index: int, args: tuple) -> int:
+        programs = 1
+        for i, block in self.grid_axes[index]:
+            programs *= -(-args[i] // block)
+        return programs
 
     def _choose(self, key: tuple, args: tuple) -> int:
-        if len(self.configs) == 1 or not args[self.xnumel_arg]:
+        if len(self.configs) == 1 or not self._programs(0, args):
             return 0
 
         position = {c: i for i, c in enumerate(self.configs)}
 
         def run(config) -> None:
             i = position[config]
-            self.launchers[i]((-(-args[self.xnumel_arg] // self.xblocks[i]), 1, 1), *args)
+            self.launchers[i]((self._programs(i, args), 1, 1), *args)
 
         return position[autotune(self.tune_name, key, self.configs, run, self.device)]

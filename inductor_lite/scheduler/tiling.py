@@ -1,0 +1,122 @@
+"""2-D tiling of pointwise kernels, chosen from the MemoryDep strides.
+
+A pointwise kernel over ``N`` elements is 1-D: each program takes ``XBLOCK``
+consecutive flat positions. An access whose unit-stride loop variable is not the
+innermost one (one side of a transpose or permute, a channels-last <-> contiguous
+copy) then moves with a stride, a cache line per element. A `Tiling` splits the flat
+domain into ``ynumel * xnumel`` with ``flat = yindex * xnumel + xindex``; the kernel
+runs over ``[YBLOCK, XBLOCK]`` tiles, and an access contiguous along ``yindex`` is as
+coalesced as one contiguous along ``xindex`` (the DSL gives each access a layout
+along its own contiguous axis and moves values between the two through shared memory).
+
+Candidates follow TorchInductor's ``candidate_tilings`` (``codegen/simd.py``): for
+each access, the loop variable with stride 1; when it is not the node's innermost
+variable, split the node's ranges right after it, so that this variable ends up in
+``yindex``. A candidate wins when it makes more bytes coalesced (stride 1 along a tile
+axis) than the 1-D kernel does; strides are measured as TorchInductor's stride hints
+are, as the index's difference between neighbouring positions at the origin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import sympy
+
+from ..ir.indexing import Expr, index_var, product, simplify_index
+from .dependencies import FLAT
+
+YFLAT = index_var("yindex")
+"""The y index symbol of a tiled kernel: the tile row, ``flat // xnumel``."""
+
+MIN_TILE_DIM = 16
+"""A static side shorter than this is not tiled: most of a tile's lanes would be masked."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """The flat domain of a pointwise kernel as ``ynumel`` rows of ``xnumel``."""
+
+    ynumel: Expr
+    xnumel: Expr
+
+    def ranges(self) -> dict[sympy.Symbol, Expr]:
+        return {FLAT: self.xnumel, YFLAT: self.ynumel}
+
+    def split(self, index: Expr) -> Expr:
+        """``index`` (over the flat `FLAT`) over ``yindex`` and ``xindex``, simplified."""
+        flat = sympy.sympify(index).xreplace({FLAT: YFLAT * self.xnumel + FLAT})
+        return simplify_index(flat, self.ranges())
+
+
+def _stride(index: Expr, var: sympy.Symbol, others: tuple) -> Optional[Expr]:
+    """``index(var=1) - index(var=0)`` with ``others`` at 0 (a stride hint)."""
+    at = {o: 0 for o in others}
+    try:
+        return sympy.simplify(index.subs({**at, var: 1}) - index.subs({**at, var: 0}))
+    except (TypeError, ZeroDivisionError):
+        return None
+
+
+def _is_one(value: Optional[Expr]) -> bool:
+    return value is not None and value == 1
+
+
+def _static_at_least(n: Expr, minimum: int) -> bool:
+    n = sympy.sympify(n)
+    return not n.is_number or int(n) >= minimum
+
+
+def _candidates(group) -> list[Tiling]:
+    out: list[Tiling] = []
+    for node in group.nodes:
+        rw = node.read_writes
+        for dep in rw.reads + rw.writes:
+            for k, var in enumerate(rw.x_vars):
+                if not _is_one(_stride(dep.index, var, rw.x_vars)):
+                    continue
+                inner = product(rw.ranges[k + 1:])
+                if inner == 1:
+                    break
+                tiling = Tiling(sympy.cancel(group.numel / inner), inner)
+                if (tiling not in out and sympy.fraction(tiling.ynumel)[1] == 1
+                        and _static_at_least(tiling.ynumel, MIN_TILE_DIM)
+                        and _static_at_least(tiling.xnumel, MIN_TILE_DIM)):
+                    out.append(tiling)
+                break
+    return out
+
+
+def _coalesced_bytes(group, tiling: Optional[Tiling], element_size: Callable[[str], int]) -> int:
+    total = 0
+    for node in group.nodes:
+        rw = node.read_writes
+        placement = rw.placement(group.numel, group.rnumel)
+        for dep in rw.reads + rw.writes:
+            index = dep.kernel_index(placement, group.numel, group.rnumel)
+            if tiling is None:
+                ok = _is_one(_stride(index, FLAT, ()))
+            else:
+                index = tiling.split(index)
+                ok = _is_one(_stride(index, FLAT, (YFLAT,))) or _is_one(_stride(index, YFLAT, (FLAT,)))
+            total += element_size(dep.name) if ok else 0
+    return total
+
+
+def choose_tiling(group, element_size: Callable[[str], int]) -> Optional[Tiling]:
+    """The tiling of a pointwise `KernelGroup`, or None for a 1-D kernel.
+
+    Args:
+        group: a pointwise group (``rnumel == 1``); reductions are never tiled here
+            (their r axis is their second tile axis).
+        element_size: bytes of an element of a buffer, by name.
+    """
+    if group.is_reduction:
+        return None
+    best, best_bytes = None, _coalesced_bytes(group, None, element_size)
+    for tiling in _candidates(group):
+        score = _coalesced_bytes(group, tiling, element_size)
+        if score > best_bytes:
+            best, best_bytes = tiling, score
+    return best
