@@ -32,6 +32,7 @@ import torch.nn.functional as F
 import inductor_lite.dsl as dl
 from inductor_lite.bench import dsl_kernels as K
 from inductor_lite.bench import kernels as bench
+from inductor_lite.codegen import heuristics as H
 from inductor_lite.dsl import assembler, compiler
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,9 +66,9 @@ GENERATED_ONLY = [name for name, b in bench.BENCHES.items() if b.ours is None]
 ROW_KERNELS = ("softmax", "layer_norm", "rms_norm", "row_sum", "row_argmax")
 ROW_CONFIGS = {
     "default": None,
-    "one_row_per_program": K.RowConfig(1, 512, 4, True),
-    "several_rows_per_program": K.RowConfig(4, 512, 2, True),
-    "looped": K.RowConfig(1, 64, 2, False),
+    "one_row_per_program": H.persistent_row(1, 512, 4),
+    "several_rows_per_program": H.persistent_row(4, 512, 2),
+    "looped": H.looped_row(64, 2),
 }
 """Configs that reach every row-kernel variant at 300 columns (default: 8 rows per program)."""
 
@@ -88,12 +89,12 @@ def test_row_kernel_matches_torch(name, config, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", K.STREAMED_OPS)
 @pytest.mark.parametrize("shape, config", [
-    ((11, 300), K.RowConfig(1, 512, 2, True, 4)),  # masked columns; 4 programs stride over 11 rows
-    ((5, 512), K.RowConfig(1, 512, 4, True, 2)),  # full rows (no masks), an odd row count
-    ((3, 64), K.RowConfig(1, 64, 1, True, 8)),  # more programs asked for than rows
-    ((1, 17), K.RowConfig(1, 32, 1, True, 1)),  # one program, one row
-    ((11, 300), K.RowConfig(1, 512, 2, True, 4, num_stages=2)),  # the loop's own loads, as num_stages pipelines
-    ((5, 512), K.RowConfig(1, 512, 4, True, 2, num_stages=3)),
+    ((11, 300), H.streamed_row(512, 2, 4)),  # masked columns; 4 programs stride over 11 rows
+    ((5, 512), H.streamed_row(512, 4, 2)),  # full rows (no masks), an odd row count
+    ((3, 64), H.streamed_row(64, 1, 8)),  # more programs asked for than rows
+    ((1, 17), H.streamed_row(32, 1, 1)),  # one program, one row
+    ((11, 300), H.streamed_row(512, 2, 4, num_stages=2)),  # the loop's own loads, as num_stages pipelines
+    ((5, 512), H.streamed_row(512, 4, 2, num_stages=3)),
 ], ids=["masked", "full", "fewer_rows", "one_row", "masked_staged", "full_staged"])
 def test_streamed_row_kernels_match_torch(name, shape, config, dtype):
     inputs = _inputs(name, *shape, dtype, seed=shape[0])
@@ -106,9 +107,9 @@ def test_streamed_row_kernels_match_torch(name, shape, config, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", K.REREAD_OPS)
 @pytest.mark.parametrize("shape, config", [
-    ((11, 300), K.RowConfig(1, 512, 2, True, reread=True)),  # masked columns
-    ((7, 300), K.RowConfig(2, 512, 2, True, reread=True)),  # two rows a program, the last one half empty
-    ((5, 512), K.RowConfig(1, 512, 4, True, reread=True)),  # full rows (no masks)
+    ((11, 300), H.persistent_row(1, 512, 2, reread=True)),  # masked columns
+    ((7, 300), H.persistent_row(2, 512, 2, reread=True)),  # two rows a program, the last one half empty
+    ((5, 512), H.persistent_row(1, 512, 4, reread=True)),  # full rows (no masks)
 ], ids=["masked", "two_rows", "full"])
 def test_reread_row_kernels_match_torch(name, shape, config, dtype):
     inputs = _inputs(name, *shape, dtype, seed=shape[0] + 100)
@@ -141,22 +142,31 @@ def test_pointwise_kernels_match_torch(shape, dtype):
 
 
 def test_tile_config_is_validated():
-    for bad in (dict(YBLOCK=3, XBLOCK=32), dict(YBLOCK=4, XBLOCK=0), dict(YBLOCK=4, XBLOCK=32, programs_per_sm=-1),
-                dict(YBLOCK=4, XBLOCK=32, rows_fastest=True, programs_per_sm=2), dict(YBLOCK=4, XBLOCK=32, num_stages=2),
-                dict(YBLOCK=4, XBLOCK=32, programs_per_sm=2, num_stages=0)):
-        with pytest.raises(ValueError, match="TileConfig"):
-            K.TileConfig(num_warps=2, **bad)
+    for bad in (dict(yblock=3, xblock=32), dict(yblock=4, xblock=0)):
+        with pytest.raises(ValueError, match="must be a positive power of two"):
+            H.broadcast_tile(num_warps=2, **bad)
+    for bad in (dict(programs_per_sm=-1), dict(rows_fastest=True, programs_per_sm=2), dict(num_stages=2),
+                dict(programs_per_sm=2, num_stages=0)):
+        with pytest.raises(ValueError, match="broadcast_tile"):
+            H.broadcast_tile(4, 32, 2, **bad)
+    x, bias = _randn(9, 70), _randn(70)
+    for bad in (H.Config.of(2, 2, YBLOCK=4, XBLOCK=32), H.Config.of(2, YBLOCK=4, XBLOCK=32, PROGRAMS_PER_SM=-1),
+                H.Config.of(2, YBLOCK=4, XBLOCK=32, ROWS_FASTEST=True, PROGRAMS_PER_SM=2),
+                H.Config.of(2, XBLOCK=32), H.Config.of(2, YBLOCK=4, XBLOCK=32, RBLOCK=4)):
+        with pytest.raises(ValueError, match="is not a 2-D tile launch"):
+            K.bias_gelu(x, bias, config=bad)
 
 
 def test_pointwise_configs_cover_partial_blocks():
     a, b = _randn(1000), _randn(1000)
-    _assert_matches(K.add(a, b, config=K.PointwiseConfig(256, 2)), a + b, torch.float32)
+    _assert_matches(K.add(a, b, config=H.Config.of(2, XBLOCK=256)), a + b, torch.float32)
     x, bias = _randn(9, 70), _randn(70)
     # 3 x 3 tiles, partial in both dims: one tile a program in either order, or streamed
     # (the interpreter counts 1 SM): one program per column block (per_sm 1), or two
     # striding over each column's row blocks (per_sm 7).
-    for config in (K.TileConfig(4, 32, 2, False), K.TileConfig(4, 32, 2, True), K.TileConfig(4, 32, 2, False, 1),
-                   K.TileConfig(4, 32, 2, False, 7, 3)):
+    for config in (H.broadcast_tile(4, 32, 2), H.broadcast_tile(4, 32, 2, rows_fastest=True),
+                   H.broadcast_tile(4, 32, 2, programs_per_sm=1),
+                   H.broadcast_tile(4, 32, 2, programs_per_sm=7, num_stages=3)):
         _assert_matches(K.bias_gelu(x, bias, config=config), F.gelu(x + bias), torch.float32)
 
 
@@ -203,8 +213,8 @@ def test_bias_gelu_half_outputs_are_rounded_exact_values(dtype, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("config", [None, K.RowConfig(1, 128, 2, True), K.RowConfig(4, 128, 1, True),
-                                    K.RowConfig(1, 32, 1, False)], ids=["persistent", "one_row", "four_rows", "looped"])
+@pytest.mark.parametrize("config", [None, H.persistent_row(1, 128, 2), H.persistent_row(4, 128, 1),
+                                    H.looped_row(32, 1)], ids=["persistent", "one_row", "four_rows", "looped"])
 def test_argmax_ties_nan_and_padding(config, dtype, device):
     x = torch.randint(0, 3, (7, 70)).float() - 5.0  # all negative: padding must not win
     x[1] = -1.0  # all tied: first index
@@ -220,7 +230,7 @@ def test_argmax_ties_nan_and_padding(config, dtype, device):
         _assert_matches(K.row_argmax(t, config=config), t.float().argmax(-1), dtype)
 
 
-@pytest.mark.parametrize("config", [None, K.RowConfig(1, 32, 1, False)], ids=["persistent", "looped"])
+@pytest.mark.parametrize("config", [None, H.looped_row(32, 1)], ids=["persistent", "looped"])
 def test_softmax_large_values_and_inf(config):
     x = _randn(4, 100, scale=30.0)
     x[1, 5] = float("-inf")
@@ -235,7 +245,7 @@ def test_layer_norm_with_large_mean_keeps_precision():
     x = _randn(3, 500, offset=1000.0)
     w, b = _randn(500), _randn(500)
     want = F.layer_norm(x.double(), (500,), w.double(), b.double(), 1e-5)
-    for config in (None, K.RowConfig(1, 64, 2, False), K.RowConfig(1, 512, 32, True)):  # 32 warps: Welford
+    for config in (None, H.looped_row(64, 2), H.persistent_row(1, 512, 32)):  # 32 warps: Welford
         torch.testing.assert_close(K.layer_norm(x, w, b, config=config).double(), want, rtol=1e-3, atol=1e-3)
 
 
@@ -246,8 +256,8 @@ def test_welford_layer_norm_with_large_mean_keeps_precision():
     x = _randn(6, 500, scale=8.0, offset=1000.0, dtype=torch.bfloat16)
     w, b = _randn(500, dtype=torch.bfloat16), _randn(500, dtype=torch.bfloat16)
     want = F.layer_norm(x.double(), (500,), w.double(), b.double(), 1e-5)
-    for config in (K.RowConfig(1, 512, 2, True), K.RowConfig(1, 512, 2, True, maxnreg=96),
-                   K.RowConfig(1, 512, 2, True, 2), K.RowConfig(1, 512, 2, True, 2, num_stages=2)):
+    for config in (H.persistent_row(1, 512, 2), H.persistent_row(1, 512, 2, maxnreg=96),
+                   H.streamed_row(512, 2, 2), H.streamed_row(512, 2, 2, num_stages=2)):
         _assert_matches(K.layer_norm(x, w, b, config=config), want, torch.bfloat16)
 
 
@@ -272,19 +282,29 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
         K.layer_norm(x, _randn(7), _randn(8))
     with pytest.raises(ValueError, match="cannot hold a row of 8 columns"):
-        K.softmax(x, config=K.RowConfig(1, 4, 1, True))
-    with pytest.raises(ValueError, match="XBLOCK == 1"):
-        K.softmax(x, config=K.RowConfig(2, 4, 1, False))
-    with pytest.raises(ValueError, match="XBLOCK == 1"):
-        K.softmax(x, config=K.RowConfig(2, 8, 1, True, 2))
+        K.softmax(x, config=H.persistent_row(1, 4, 1))
+    with pytest.raises(ValueError, match="cannot hold a row of 8 columns"):
+        K.softmax(x, config=H.streamed_row(4, 1, 2))
+    for not_a_row_launch in (H.Config.of(1, XBLOCK=2, RBLOCK=4, LOOPED=True),  # looped: one row a program
+                             H.Config.of(1, XBLOCK=2, RBLOCK=8, PROGRAMS_PER_SM=2),  # streamed: one row at a time
+                             H.Config.of(1, XBLOCK=1, RBLOCK=8, LOOPED=True, REREAD=True),  # only persistent re-reads
+                             H.Config.of(1, XBLOCK=1, RBLOCK=8, PROGRAMS_PER_SM=0), H.Config.of(1, RBLOCK=8),
+                             H.Config.of(1, XBLOCK=1, RBLOCK=8, LOOPED=False),
+                             H.Config.of(1, XBLOCK=1, RBLOCK=8, YBLOCK=2)):
+        with pytest.raises(ValueError, match="is not a row-reduction launch"):
+            K.softmax(x, config=not_a_row_launch)
     with pytest.raises(ValueError, match="can stream"):
-        K.row_sum(x, config=K.RowConfig(1, 8, 1, True, 2))
+        K.row_sum(x, config=H.streamed_row(8, 1, 2))
     with pytest.raises(ValueError, match="only streamed configs take num_stages"):
-        K.softmax(x, config=K.RowConfig(1, 8, 1, True, num_stages=2))
+        K.softmax(x, config=H.Config.of(1, 2, XBLOCK=1, RBLOCK=8))
     with pytest.raises(ValueError, match="can re-read"):
-        K.row_sum(x, config=K.RowConfig(1, 8, 1, True, reread=True))
-    with pytest.raises(ValueError, match="can re-read"):
-        K.softmax(x, config=K.RowConfig(1, 8, 1, False, reread=True))
+        K.row_sum(x, config=H.persistent_row(1, 8, 1, reread=True))
+    with pytest.raises(ValueError, match="must be an int or bool"):
+        H.Config.of(1, XBLOCK=8, LOOPED="yes")
+    with pytest.raises(ValueError, match="a 1-D pointwise launch takes XBLOCK"):
+        K.add(x, x, config=H.Config.of(1, XBLOCK=8, RBLOCK=8))
+    with pytest.raises(ValueError, match="is not a 2-D tile launch"):
+        K.bias_gelu(x, x[0], config=H.persistent_row(1, 8, 1))
     with pytest.raises(ValueError, match="out must be"):
         K.softmax(x, out=torch.empty(4, 8, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="must match"):
@@ -311,7 +331,7 @@ def test_tuning_rotates_input_copies(monkeypatch):
     monkeypatch.setitem(K.LAUNCHERS, "layer_norm", recording)
     monkeypatch.setattr(K, "autotune", fake_autotune)
     monkeypatch.setattr(K, "l2_bytes", lambda device: 4 * x.nbytes)  # 3 x 4 L2 / (2 x + 2 params) -> 5 sets
-    assert K.choose_config("layer_norm", x, w, b, 1e-5) == K.row_config(64, 4)
+    assert K.choose_config("layer_norm", x, w, b, 1e-5) == H.row_default(64, 4)
     first, out = seen[0]
     assert first[0] is x and out is None
     timed = [args for args, o in seen[1:]]
@@ -322,28 +342,37 @@ def test_tuning_rotates_input_copies(monkeypatch):
 
 @pytest.mark.parametrize("element_size", [2, 4])
 def test_configs_are_valid(element_size):
+    """The hand-written kernels' candidates (`heuristics`): each a launch its launcher
+    takes, the default first, told apart by str() (the autotuner's labels)."""
     for cols in (1, 5, 37, 300, 1024, 1025, 4096, 5120, 32768, 32769, 100_000):
-        for config in K.row_candidates(cols, element_size, streamed=True, reread=True):
+        configs = H.row_candidates(cols, element_size, streamed=True, reread=True)
+        assert len({str(c) for c in configs}) == len(configs)
+        for config in configs:
+            form, kwargs = H.row_form(config), config.kwargs
             assert config.num_warps in (1, 2, 4, 8, 16, 32)
-            assert K.next_power_of_2(config.RBLOCK) == config.RBLOCK
-            assert config.RBLOCK >= cols if config.persistent else config.XBLOCK == 1
-            if config.programs_per_sm:
-                assert config.persistent and config.XBLOCK == 1 and cols >= 4097
-                assert config.RBLOCK // (32 * config.num_warps) <= 64 // (element_size // 2)
+            assert kwargs["RBLOCK"] >= cols or form == "looped"
+            if form == "streamed":
+                assert cols >= 4097 and kwargs["RBLOCK"] // (32 * config.num_warps) <= 64 // (element_size // 2)
             if config.num_stages > 1:
-                assert config.programs_per_sm
-                assert config.programs_per_sm * config.RBLOCK * element_size <= K.STAGED_SHARED_BYTES
-            if config.reread:
-                assert config.persistent and config.XBLOCK == 1 and not config.programs_per_sm and cols >= 2049
-        assert not any(c.programs_per_sm or c.reread for c in K.row_candidates(cols, element_size))
-        assert K.row_candidates(cols, element_size)[0] == K.row_config(cols, element_size)
-    assert K.row_config(1024, element_size) == K.RowConfig(4, 1024, 4, True)
-    assert K.row_config(32768, element_size) == K.RowConfig(1, 32768, 16, True)
-    assert not K.row_config(32769, element_size).persistent
+                assert form == "streamed"
+                assert kwargs["PROGRAMS_PER_SM"] * kwargs["RBLOCK"] * element_size <= H.STAGED_SHARED_BYTES
+            if kwargs.get("REREAD"):
+                assert form == "persistent" and kwargs["XBLOCK"] == 1 and cols >= 2049
+        plain = H.row_candidates(cols, element_size)
+        assert not any(H.row_form(c) == "streamed" or c.kwargs.get("REREAD") for c in plain)
+        assert plain[0] == H.row_default(cols, element_size)
+    assert H.row_default(1024, element_size) == H.persistent_row(4, 1024, 4)
+    assert H.row_default(32768, element_size) == H.persistent_row(1, 32768, 16)
+    assert H.row_form(H.row_default(32769, element_size)) == "looped"
     for n in (1, 1000, 1 << 25):
-        assert K.pointwise_candidates(n, element_size)[0] == K.pointwise_config(n, element_size)
-        assert K.pointwise_config(n, element_size).XBLOCK <= K.next_power_of_2(n)
-    assert K.tile_candidates(9, 70, element_size)[0] == K.tile_config(9, 70, element_size)
+        configs = H.flat_pointwise_candidates(n, element_size)
+        assert configs[0] == H.flat_pointwise_default(n, element_size)
+        assert len({str(c) for c in configs}) == len(configs)
+        assert all(c.kwargs["XBLOCK"] <= H.next_power_of_2(n) for c in configs)
+    for rows, cols in ((9, 70), (4096, 1024)):
+        configs = H.broadcast_tile_candidates(rows, cols, element_size)
+        assert configs[0] == H.broadcast_tile_default(rows, cols, element_size)
+        assert len({str(c) for c in configs}) == len(configs)
 
 
 def _captured_launches(name: str, rows: int, cols: int, dtype: torch.dtype, monkeypatch) -> list[tuple]:
@@ -386,13 +415,13 @@ def test_streamed_bias_gelu_pipelines_its_tiles():
     num_stages - 2 of them); only the bias is a global load."""
     rows, cols = 4096, 1024
     x, bias = torch.empty(rows, cols, dtype=torch.bfloat16), torch.empty(cols, dtype=torch.bfloat16)
-    streamed = [c for c in K.tile_candidates(rows, cols, 2) if c.programs_per_sm]
+    streamed = [c for c in H.broadcast_tile_candidates(rows, cols, 2) if "PROGRAMS_PER_SM" in c.kwargs]
     assert streamed and all(c.num_stages > 1 for c in streamed)
     for config in streamed:
+        yblock, xblock = config.kwargs["YBLOCK"], config.kwargs["XBLOCK"]
         spec = K.bias_gelu_kernel.specialize(
-            (x, bias, torch.empty_like(x), rows, cols, rows // config.YBLOCK, 1),
-            dict(YBLOCK=config.YBLOCK, XBLOCK=config.XBLOCK, ROWS_FASTEST=False, NO_MASK=True, HALF=True,
-                 STREAMED=True))
+            (x, bias, torch.empty_like(x), rows, cols, rows // yblock, 1),
+            dict(YBLOCK=yblock, XBLOCK=xblock, ROWS_FASTEST=False, NO_MASK=True, HALF=True, STREAMED=True))
         fn = K.bias_gelu_kernel.build_ir(spec)
         ptx = compiler.compile_ptx(fn, cc=(9, 0), num_warps=config.num_warps, num_stages=config.num_stages).ptx
         plain = compiler.compile_ptx(fn, cc=(9, 0), num_warps=config.num_warps).ptx
@@ -400,7 +429,7 @@ def test_streamed_bias_gelu_pipelines_its_tiles():
         assert re.search(r"cp\.async\.cg\.shared\.global \[%rd\d+\], \[%rd\d+\], 16,", ptx), config
         assert f"cp.async.wait_group {config.num_stages - 2};" in ptx, config
         loads = lambda text: len(re.findall(r"ld\.global", text))  # noqa: E731
-        assert loads(ptx) == loads(plain) - config.YBLOCK * config.XBLOCK * 2 // (16 * 32 * config.num_warps), config
+        assert loads(ptx) == loads(plain) - yblock * xblock * 2 // (16 * 32 * config.num_warps), config
 
 
 def test_pipelined_bf16_row_widens_from_its_words():
@@ -447,8 +476,8 @@ def test_welford_layer_norm_output_is_one_fma_a_value(monkeypatch):
     monkeypatch.setattr(dl.Kernel, "run", lambda self, grid, args, constexprs, num_warps=None, num_stages=1,
                         maxnreg=None: launched.append(constexprs["FMA_OUTPUT"]))
     for maxnreg in (None, 96):
-        K.layer_norm(x, w, w, config=K.RowConfig(1, cols, num_warps, True, maxnreg=maxnreg))
-        K.layer_norm(x, w, w, config=K.RowConfig(1, cols, num_warps, True, 1, num_stages=2, maxnreg=maxnreg))
+        K.layer_norm(x, w, w, config=H.persistent_row(1, cols, num_warps, maxnreg=maxnreg))
+        K.layer_norm(x, w, w, config=H.streamed_row(cols, num_warps, 1, num_stages=2, maxnreg=maxnreg))
     assert launched == [True, True, False, False]
 
 
@@ -459,8 +488,8 @@ def test_layer_norm_takes_welford_for_half_inputs_and_32_warps(monkeypatch):
     cols = 32768
     for dtype, warps in ((torch.bfloat16, 16), (torch.float32, 16), (torch.float32, 32)):
         x, w = torch.empty(4, cols, dtype=dtype), torch.empty(cols, dtype=dtype)
-        K.layer_norm(x, w, w, config=K.RowConfig(1, cols, warps, True))
-        K.layer_norm(x, w, w, config=K.RowConfig(1, cols, warps, True, 1, num_stages=2))
+        K.layer_norm(x, w, w, config=H.persistent_row(1, cols, warps))
+        K.layer_norm(x, w, w, config=H.streamed_row(cols, warps, 1, num_stages=2))
     assert launched == [True, True, False, False, True, True]
 
 
@@ -764,17 +793,21 @@ def test_kernels_on_gpu(name, dtype):
 
 
 def _check_candidates_on_gpu(name, dtype, shapes, kind):
-    """Every candidate config with attribute ``kind`` set matches torch on ``shapes``."""
+    """Every candidate config for which ``kind(config)`` holds matches torch on ``shapes``."""
     for rows, cols in shapes:
         inputs = _inputs(name, rows, cols, dtype, seed=cols, device="cuda")
         want = _reference(name, inputs)
-        configs = [c for c in K.candidates(name, inputs[0]) if getattr(c, kind)]
+        configs = [c for c in K.candidates(name, inputs[0]) if kind(c)]
         assert configs
         for config in configs:
             out = bench.poisoned_like(bench.BENCHES[name].torch_fn(*inputs))
             bench.BENCHES[name].ours(*inputs, out=out, config=config)
             torch.cuda.synchronize()
             _assert_matches(out, want, dtype)
+
+
+def _streamed(config) -> bool:
+    return "PROGRAMS_PER_SM" in config.kwargs
 
 
 @pytest.mark.gpu
@@ -784,20 +817,20 @@ def test_streamed_candidates_on_gpu(name, dtype):
     """With more rows than programs (each program strides over several) and with
     masked columns (fp32 streams rows of up to 16384)."""
     masked_cols = 20000 if dtype == torch.bfloat16 else 12000
-    _check_candidates_on_gpu(name, dtype, [(600, 8192), (300, 16384), (5, masked_cols)], "programs_per_sm")
+    _check_candidates_on_gpu(name, dtype, [(600, 8192), (300, 16384), (5, masked_cols)], _streamed)
 
 
 @pytest.mark.gpu
 def test_streamed_bias_gelu_candidates_on_gpu():
     """bf16 streamed tiles: programs striding over many tiles, and partial tiles."""
-    _check_candidates_on_gpu("bias_gelu", torch.bfloat16, [(5000, 1024), (300, 3000), (3, 70)], "programs_per_sm")
+    _check_candidates_on_gpu("bias_gelu", torch.bfloat16, [(5000, 1024), (300, 3000), (3, 70)], _streamed)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", K.REREAD_OPS)
 def test_reread_candidates_on_gpu(name, dtype):
-    _check_candidates_on_gpu(name, dtype, [(300, 8192), (40, 16384), (5, 20000)], "reread")
+    _check_candidates_on_gpu(name, dtype, [(300, 8192), (40, 16384), (5, 20000)], lambda c: c.kwargs.get("REREAD"))
 
 
 @pytest.mark.gpu
@@ -805,7 +838,7 @@ def test_reread_candidates_on_gpu(name, dtype):
 def test_register_capped_candidates_on_gpu(name):
     """bf16 configs with ``maxnreg`` (the row widened again at each use), full and
     masked rows."""
-    _check_candidates_on_gpu(name, torch.bfloat16, [(300, 4096), (40, 8192), (7, 6000)], "maxnreg")
+    _check_candidates_on_gpu(name, torch.bfloat16, [(300, 4096), (40, 8192), (7, 6000)], lambda c: c.maxnreg)
 
 
 @pytest.mark.gpu

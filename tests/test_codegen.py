@@ -333,3 +333,29 @@ def test_generated_kernels_compile_to_ptx(name, monkeypatch):
         for cc in ((8, 0), (9, 0)):
             compiled = compiler.compile_ptx(ir_fn, cc=cc, num_warps=num_warps)
             assembler.check_ptx_assembles(compiled.ptx, cc)
+
+
+def test_streamed_persistent_reduction(monkeypatch):
+    """A persistent reduction is a grid-stride loop over row blocks: a grid shorter
+    than the rows (a streamed launch, `Config` ``PROGRAMS_PER_SM``) gives the same
+    rows, and the streamed candidates' loop pipelines through shared memory
+    (``num_stages=2``) into PTX that assembles."""
+    from inductor_lite.dsl import assembler, compiler
+
+    x = torch.randn(5, 8192).bfloat16()
+    code = build(lambda x: torch.softmax(x, -1), x)
+    (kernel,) = code.kernels
+    streamed = [c for c in kernel.configs if "PROGRAMS_PER_SM" in c.kwargs]
+    assert streamed and all(c.num_stages == 2 and c.kwargs["XBLOCK"] == 1 for c in streamed)
+    _, namespace = load_module(code)
+    out = torch.full_like(x, float("nan"))
+    blocks = {k: v for k, v in streamed[0].kwargs.items() if k != "PROGRAMS_PER_SM"}
+    namespace[kernel.name][(2,)](x, out, 5, 8192, **blocks, num_warps=streamed[0].num_warps)
+    torch.testing.assert_close(out, torch.softmax(x.float(), -1).bfloat16(), atol=1e-2, rtol=1e-2)
+    if not assembler.can_assemble():
+        pytest.skip("neither nvJitLink nor ptxas is available")
+    dsl_kernel = namespace[kernel.name]
+    ir_fn = dsl_kernel.build_ir(dsl_kernel.specialize((x, out, 5, 8192), blocks))
+    compiled = compiler.compile_ptx(ir_fn, cc=(9, 0), num_warps=streamed[0].num_warps, num_stages=2)
+    assert "cp.async" in compiled.ptx
+    assembler.check_ptx_assembles(compiled.ptx, (9, 0))

@@ -12,6 +12,7 @@ import torch
 
 from inductor_lite import config
 from inductor_lite.bench import dsl_kernels as K
+from inductor_lite.codegen import heuristics
 from inductor_lite.counters import counters
 from inductor_lite.runtime import autotune
 
@@ -77,6 +78,26 @@ def test_a_new_key_or_candidate_list_is_tuned_again(fake_cuda):
     assert counters["autotune_runs"] == 3
 
 
+def test_configs_differing_only_in_maxnreg_are_separate_decisions(fake_cuda, tmp_path):
+    """A `heuristics.Config`'s maxnreg is part of the decision key, in memory and on
+    disk: a candidate list that differs from a tuned one only in a maxnreg is tuned
+    again, and each keeps its own choice."""
+    timed, fake_time = fake_cuda
+
+    def run(candidate):  # the capped config (b) is the faster
+        fake_time.last = "a" if candidate.maxnreg is None else "b"
+
+    plain = heuristics.Config.of(4, XBLOCK=1024)
+    capped = [plain, heuristics.Config.of(4, maxnreg=64, XBLOCK=1024)]
+    capped_more = [plain, heuristics.Config.of(4, maxnreg=96, XBLOCK=1024)]
+    assert autotune.autotune("k", (8,), capped, run, CUDA) == capped[1]
+    assert autotune.autotune("k", (8,), capped_more, run, CUDA) == capped_more[1]
+    assert counters["autotune_runs"] == 2 and len(list((tmp_path / "autotune").iterdir())) == 2
+    autotune.clear_memory()
+    assert autotune.autotune("k", (8,), capped, run, CUDA) == capped[1]  # from disk
+    assert counters["autotune_runs"] == 2
+
+
 def test_failing_candidates_are_skipped_and_all_failing_raises(fake_cuda):
     timed, fake_time = fake_cuda
     assert autotune.autotune("k", 1, ["a", "b", "c"], _run(fake_time, fail={"b"}), CUDA) == "c"
@@ -122,8 +143,8 @@ def test_bad_candidate_lists_raise(fake_cuda):
 
 def test_bench_launchers_use_the_default_config_on_cpu():
     x = torch.randn(3, 40)
-    assert K.choose_config("softmax", x) == K.row_config(40, 4)
-    assert K.choose_config("add", x, x) == K.pointwise_config(120, 4)
+    assert K.choose_config("softmax", x) == heuristics.row_default(40, 4)
+    assert K.choose_config("add", x, x) == heuristics.flat_pointwise_default(120, 4)
     with pytest.raises(KeyError):
         K.choose_config("matmul", x)
 

@@ -4,6 +4,7 @@ generated wrappers bind (`tuned_launcher.bind_tuned_launcher`, one
 `launcher.bind_launcher` per candidate config), against the fake CUDA driver of
 test_runtime_cache and a fake compiler that records each specialisation it builds."""
 
+import dataclasses
 import inspect
 import types
 
@@ -13,6 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import inductor_lite.dsl as dl
+from inductor_lite.codegen import heuristics
 from inductor_lite.codegen.wrapper import generate_wrapper, load_module
 from inductor_lite.config import config
 from inductor_lite.counters import counters
@@ -228,3 +230,32 @@ def test_cuda_wrapper_binds_one_launcher_per_kernel_at_load(monkeypatch):
     grid_x = -(-int(kernel.numel) // kernel.config.kwargs["XBLOCK"])
     assert launches == [(0, (grid_x, 1, 1), args)] * 2  # the default config, nothing bound per call
     assert len(bound) == len(kernel.configs) and len(tuned) == 1
+
+
+def test_maxnreg_reaches_the_compile_through_bound_and_tuned_launchers(stub, monkeypatch):
+    """maxnreg, like num_stages, is fixed when a launcher is bound and reaches the
+    compiler: through `bind_launcher`, and for a generated kernel whose configs carry
+    one (`heuristics.Config.maxnreg`), through `bind_tuned_launcher`."""
+    caps = []
+    compile_stub = launcher.compile_ptx
+    monkeypatch.setattr(launcher, "compile_ptx",
+                        lambda fn, **options: caps.append(options.get("maxnreg")) or compile_stub(fn, **options))
+    x, _, out = tensors()
+    kinds = ("tensor", "tensor", "int", "float")
+    for maxnreg in (None, 64):
+        launcher.bind_launcher(axpy_kernel, 0, kinds, 4, maxnreg=maxnreg, XBLOCK=32)((1, 1, 1), x, out, 32, 1.0)
+    assert caps == [None, 64] and len(stub.driver.launches) == 2
+    with pytest.raises(ValueError, match="maxnreg must be None or an int"):
+        launcher.bind_launcher(axpy_kernel, 0, kinds, 4, maxnreg=8, XBLOCK=32)
+
+    pointwise = heuristics.pointwise
+    monkeypatch.setattr(heuristics, "pointwise",
+                        lambda *args, **kwargs: [dataclasses.replace(c, maxnreg=40) for c in pointwise(*args, **kwargs)])
+    code = cuda_wrapper(lambda a: a * 3.0, (32,))
+    (kernel,) = code.kernels
+    assert kernel.configs and all(c.maxnreg == 40 for c in kernel.configs)
+    _, namespace = load_module(code)
+    stub.driver.param_types = ("ptr", "ptr", "i32")
+    with config.patch(autotune=False):
+        namespace[f"launch_{kernel.name}"](x, out, 32)
+    assert caps[2:] == [40] and len(stub.driver.launches) == 3

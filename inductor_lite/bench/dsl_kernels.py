@@ -17,7 +17,7 @@ launcher            computes (fp32 accumulation for half inputs)         torch e
 
 The kernels follow Triton's style. Pointwise ops move 16-byte vectors, many per
 thread. Row ops are *persistent reductions* while a row fits one block (``RBLOCK`` =
-next power of two of the columns, up to `PERSISTENT_MAX_RBLOCK`): the row is loaded
+next power of two of the columns, up to `heuristics.PERSISTENT_MAX_RBLOCK`): the row is loaded
 once into registers, reduced, and the result written, so each input byte is read
 from HBM once (``REREAD`` variants load it again from L1/L2 after each reduction
 rather than hold it in registers). Rows of up to 1024 columns can be packed several
@@ -33,17 +33,19 @@ a max reduction followed by a search for the first column holding the maximum,
 cheaper per element than a (value, index) reduction: the persistent kernel searches
 the maxima of 16-byte vectors, then one vector (`row_argmax_kernel`).
 
-A launcher given no ``config=`` takes the one `choose_config` picks: on CUDA the
-fastest of `pointwise_candidates`, `tile_candidates` or `row_candidates`, timed by the
-runtime's autotuner on the first call for a (shape, dtype) and remembered on disk; on
-CPU the default (`pointwise_config`, `tile_config`, `row_config`).
+Launch configs are `heuristics.Config`s, the type generated kernels use, and their
+candidates come from `inductor_lite.codegen.heuristics` too (its hand-written kernels'
+section; a row launch's form is `heuristics.row_form`). A launcher given no ``config=``
+takes the one `choose_config` picks: on CUDA the fastest of
+`heuristics.flat_pointwise_candidates`, `heuristics.broadcast_tile_candidates` or
+`heuristics.row_candidates`, timed by the runtime's autotuner on the first call for a
+(shape, dtype) and remembered on disk; on CPU the default, the first of them.
 
 Indices are int32: every tensor must have fewer than 2**31 elements.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import math
@@ -52,20 +54,14 @@ from typing import Optional, Sequence
 import torch
 
 import inductor_lite.dsl as dl
+from inductor_lite.codegen import heuristics
+from inductor_lite.codegen.heuristics import Config
 from inductor_lite.runtime.autotune import autotune
 from inductor_lite.runtime.timing import l2_bytes, rotation_sets
 
-PERSISTENT_MAX_RBLOCK = 32768
-"""Longest row (as a power of two) the persistent row kernels hold in registers:
-32768 fp32 values over 16 warps are 64 registers per thread."""
 EARLY_WEIGHTS_MAX = 16
 """Most row values a thread may hold for a norm to load its weights with the row
 (`_norm_constexprs`)."""
-STAGED_SHARED_BYTES = 160 * 1024
-"""Most shared memory an SM's streamed programs may buffer rows in (``num_stages=2``).
-Deeper buffering did not pay: on an H200, LayerNorm bf16 over 32768 columns reached
-86% of copy bandwidth with one 64 KiB buffer a program (``num_stages=2``) and 81% with
-two (``num_stages=3``)."""
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _INT32_LIMIT = 2**31
@@ -85,269 +81,6 @@ _GELU_P = (_ERFCC_P[0] * _LOG2E - 1.0,) + tuple(c * _LOG2E for c in _ERFCC_P[1:]
 _ERFCC_P5 = (-1.2655720990986856, 1.0046535588330057, 0.3165734411420612, 0.3472201726046236,
              -0.5907187613452302, 0.18782182290060911)
 _GELU_P5 = (_ERFCC_P5[0] * _LOG2E - 1.0,) + tuple(c * _LOG2E for c in _ERFCC_P5[1:])
-
-
-# ----------------------------------------------------------------------------- configs
-
-
-@dataclasses.dataclass(frozen=True)
-class PointwiseConfig:
-    """1-D pointwise launch: ``XBLOCK`` elements per program, ``num_warps`` warps."""
-
-    XBLOCK: int
-    num_warps: int
-
-    def __str__(self) -> str:
-        return f"{self.XBLOCK} w{self.num_warps}"
-
-
-@dataclasses.dataclass(frozen=True)
-class TileConfig:
-    """2-D pointwise launch over ``[YBLOCK rows, XBLOCK columns]`` tiles, one tile per
-    program of a 1-D grid. ``rows_fastest``: consecutive programs take consecutive row
-    blocks (else consecutive column blocks, which walks memory in order).
-    ``programs_per_sm > 0``: a *streamed* launch, about ``programs_per_sm`` programs per
-    SM, each keeping one column block and striding over its row blocks, with its tile
-    loads pipelined ``num_stages`` deep (the launch's ``num_stages``: tiles stream
-    ahead through shared memory while GELU's arithmetic runs). YBLOCK and XBLOCK are
-    powers of two.
-
-    Raises:
-        ValueError: a block size that is not a power of two, ``programs_per_sm < 0``,
-            ``rows_fastest`` or ``num_stages != 1`` without a streamed launch, or
-            ``rows_fastest`` with one (which has no such order).
-    """
-
-    YBLOCK: int
-    XBLOCK: int
-    num_warps: int
-    rows_fastest: bool = False
-    programs_per_sm: int = 0
-    num_stages: int = 1
-
-    def __post_init__(self):
-        if (any(b < 1 or b & (b - 1) for b in (self.YBLOCK, self.XBLOCK)) or self.programs_per_sm < 0
-                or (self.programs_per_sm and self.rows_fastest) or self.num_stages < 1
-                or (self.num_stages > 1 and not self.programs_per_sm)):
-            raise ValueError(f"bad TileConfig {self!r}: YBLOCK and XBLOCK must be powers of two, "
-                             "programs_per_sm >= 0, a streamed launch has no rows_fastest order, and only "
-                             "a streamed launch has num_stages > 1")
-
-    def __str__(self) -> str:
-        """``4x1024 w4``, ``2x1024 w4 rows-first`` or ``stream 2x1024 w4 4/SM s2`` (s: num_stages)."""
-        order = " rows-first" if self.rows_fastest else ""
-        stream = f" {self.programs_per_sm}/SM s{self.num_stages}" if self.programs_per_sm else ""
-        return f"{'stream ' if stream else ''}{self.YBLOCK}x{self.XBLOCK} w{self.num_warps}{order}{stream}"
-
-
-@dataclasses.dataclass(frozen=True)
-class RowConfig:
-    """A row-reduction launch.
-
-    ``persistent``: ``XBLOCK`` rows per program, each held whole in an ``RBLOCK``-wide
-    block (``RBLOCK >= cols``). Looped: one row per program (``XBLOCK == 1``),
-    streamed in ``RBLOCK``-wide chunks. ``programs_per_sm > 0`` (persistent, ``XBLOCK
-    == 1``; softmax and the norms only): a *streamed* launch, a fixed grid of
-    ``programs_per_sm`` programs per SM that stride over the rows and load the next
-    row before reducing the current one: into registers (``num_stages == 1``), or
-    through a shared-memory buffer, the loop's loads pipelined ``num_stages - 1`` rows
-    ahead (``num_stages >= 2``). ``reread`` (persistent, not streamed;
-    softmax and the norms): the row is loaded again after each reduction instead of held in
-    registers. ``maxnreg`` (None: no cap): the launch's cap on registers per thread,
-    under which the compiler re-widens 16-bit rows at each use (`inductor_lite.dsl.nvptx`).
-    """
-
-    XBLOCK: int
-    RBLOCK: int
-    num_warps: int
-    persistent: bool
-    programs_per_sm: int = 0
-    reread: bool = False
-    maxnreg: Optional[int] = None
-    num_stages: int = 1
-
-    def __str__(self) -> str:
-        """``4x1024 w4`` (persistent: XBLOCK x RBLOCK), ``1x16384 w4 reread``, ``loop
-        4096 w8``, ``stream 16384 w16 2/SM`` (`` s2``: ``num_stages=2``); `` r64`` ends
-        one with ``maxnreg=64``."""
-        cap = f" r{self.maxnreg}" if self.maxnreg else ""
-        if self.programs_per_sm:
-            stages = f" s{self.num_stages}" if self.num_stages > 1 else ""
-            return f"stream {self.RBLOCK} w{self.num_warps} {self.programs_per_sm}/SM{stages}{cap}"
-        blocks = f"{self.XBLOCK}x{self.RBLOCK}" if self.persistent else f"loop {self.RBLOCK}"
-        return f"{blocks} w{self.num_warps}{' reread' if self.reread else ''}{cap}"
-
-
-def next_power_of_2(n: int) -> int:
-    """Smallest power of two ``>= n`` (1 for ``n <= 1``)."""
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
-def pointwise_config(numel: int, element_size: int) -> PointwiseConfig:
-    """Block size and warps of a 1-D pointwise kernel over ``numel`` elements of
-    ``element_size`` bytes.
-
-    Each of 4 warps' threads moves 64 bytes per tensor (four 16-byte vectors), so
-    enough loads are in flight to saturate HBM without a long tail of programs.
-    """
-    xblock = 64 * 32 * 4 // element_size
-    return PointwiseConfig(min(xblock, next_power_of_2(numel)), 4)
-
-
-def pointwise_candidates(numel: int, element_size: int) -> list[PointwiseConfig]:
-    """What the autotuner times for a 1-D pointwise kernel (the default first): 4 warps
-    moving 16 to 128 bytes per thread and tensor, 8 warps moving 32 or 64, and 4, 8 or
-    16 warps moving 8 (one 8-byte access per tensor). On an H100, adding 128 MB of fp32
-    and 64 MB of bf16 ran at 101.9% and 97.8% of copy bandwidth with 8 bytes per
-    thread, against 99.9% and 96.4% with 32 (what inductor picks, 8 bytes over 8
-    warps, reached 101.5% and 96.3%)."""
-    default = pointwise_config(numel, element_size)
-    options = [PointwiseConfig(min(bytes_per_thread * 32 * warps // element_size, next_power_of_2(numel)), warps)
-               for warps, bytes_per_thread in ((4, 32), (4, 128), (8, 32), (8, 64), (4, 8), (8, 8), (16, 8),
-                                                     (4, 16))]
-    return _unique([default] + options)
-
-
-def tile_config(rows: int, cols: int, element_size: int) -> TileConfig:
-    """Tile shape and warps of a row-broadcast pointwise kernel over ``[rows, cols]``.
-
-    Up to 1024 columns per tile (contiguous 16-byte vectors along a row) and enough
-    rows that each thread handles 64 bytes, as in `pointwise_config`; the bias slice
-    is loaded once per tile instead of once per element.
-    """
-    xblock = min(next_power_of_2(cols), 1024)
-    yblock = max(1, 64 * 32 * 4 // element_size // xblock)
-    return TileConfig(min(yblock, next_power_of_2(rows)), xblock, 4)
-
-
-def tile_candidates(rows: int, cols: int, element_size: int) -> list[TileConfig]:
-    """What the autotuner times for `bias_gelu` (the default first): 4 or 8 warps, up to
-    1024 columns, 32 to 128 bytes per thread, programs in either order; 16 warps at 16
-    bytes per thread, and 512-column tiles of 8 warps at 32 (on an H100 both reached
-    97.5-97.7% of copy bandwidth in fp32 where the best of the others reached 97.0%); for half
-    inputs streamed launches of 2 to 8 programs per SM with 16 or 32 bytes per thread
-    and 2 or 4 stages, the five best of 64 such launches on an H200. (There, column
-    blocks first was 3-7% faster in fp32, and rows first 8% faster in bf16, where
-    GELU's arithmetic, not memory, is the limit; streamed and pipelined launches
-    reached 86-87% of copy bandwidth in bf16, against 84-85% for the best tiles, and
-    were 2-3% slower in fp32.)"""
-    default = tile_config(rows, cols, element_size)
-    xblock = min(1024, next_power_of_2(cols))
-    options = []
-    for rows_fastest in (False, True):
-        for warps in (4, 8):
-            for bytes_per_thread in (32, 64, 128):
-                yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
-                options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, rows_fastest))
-    for tile_cols, warps, bytes_per_thread in ((xblock, 16, 16), (min(xblock, 512), 8, 32)):
-        yblock = max(1, bytes_per_thread * 32 * warps // element_size // tile_cols)
-        options.append(TileConfig(min(yblock, next_power_of_2(rows)), tile_cols, warps))
-    if element_size < 4:  # streamed: the next tile's loads overlap GELU's arithmetic
-        for warps, bytes_per_thread, per_sm, stages in ((4, 16, 8, 2), (4, 16, 4, 4), (4, 32, 4, 2), (8, 16, 2, 4),
-                                                        (8, 16, 4, 2)):
-            yblock = max(1, bytes_per_thread * 32 * warps // element_size // xblock)
-            options.append(TileConfig(min(yblock, next_power_of_2(rows)), xblock, warps, False, per_sm, stages))
-    return _unique([default] + options)
-
-
-def row_config(cols: int, element_size: int) -> RowConfig:
-    """Launch of a row reduction over rows of ``cols`` elements of ``element_size`` bytes.
-
-    Rows of up to 1024 columns: persistent, 4 warps, several rows per program with
-    about 4096 elements per program (one warp per row at 1024 columns, so the
-    reductions stay in warp shuffles). Longer rows up to `PERSISTENT_MAX_RBLOCK`:
-    persistent, one row per program, 4 warps up to 2048 columns, 8 at 4096, 16 beyond
-    (8 to 64 fp32 values per thread; 16 warps keep the register budget at 128 per
-    thread). Half inputs from 2048 to 8192 columns get twice the elements per thread
-    (two rows per program at 2048, else half the warps), so each thread still loads 64
-    bytes: on an H200 the bf16 rows at 16 elements (32 bytes) per thread reached only
-    75-84% of copy bandwidth where fp32 at 64 bytes reached 95%. Longer still: looped
-    over 4096-column chunks with 8 warps.
-    """
-    rblock = next_power_of_2(cols)
-    if rblock <= 1024:
-        return RowConfig(max(1, 4096 // rblock), rblock, 4, True)
-    if rblock <= PERSISTENT_MAX_RBLOCK:
-        warps = 4 if rblock <= 2048 else 8 if rblock <= 4096 else 16
-        if element_size < 4 and rblock <= 8192:
-            if warps == 4:
-                return RowConfig(2, rblock, 4, True)
-            warps //= 2
-        return RowConfig(1, rblock, warps, True)
-    return RowConfig(1, 4096, 8, False)
-
-
-def row_candidates(cols: int, element_size: int, streamed: bool = False, reread: bool = False) -> list[RowConfig]:
-    """What the autotuner times for a row reduction (the default first).
-
-    Persistent: 4 to 32 values per thread over 1024 to 8192 elements per program
-    for rows of up to 1024 columns; 8 to 64 values per thread, one row per program
-    (and two, up to 4096 columns, or 8192 for half inputs) for longer rows. The
-    values per thread trade registers (hence programs resident per SM, hence loads in
-    flight) against the cost of the cross-warp reduction. Looped: 1024-column chunks
-    with 4 warps and 2048-column chunks with 8 from 2048 columns, 4096-column chunks
-    with 8 or 16 warps from 8192. ``streamed`` (ops with a streamed kernel), from 8192
-    columns: 1, 2 or 4 programs per SM of 8 to 32 warps, 8 to 32 fp32 or 8 to 64
-    half values per thread, with the next row in registers; and 1 or 2 programs per SM
-    with the next row in shared memory (``num_stages=2``) where their buffers take at
-    most `STAGED_SHARED_BYTES`. There one or two programs fill an SM, and a program
-    that loads its next row only after reducing this one leaves the memory idle
-    meanwhile: on an H200 streaming raised LayerNorm over 16384 columns from 83% to
-    90% of copy bandwidth in fp32 and from 67% to 82% in bf16, and the shared-memory
-    form LayerNorm bf16 over 32768 columns from 75% to 85% (a 64 KiB row in flight in
-    registers spills). ``reread`` (ops that reduce a row before
-    using it again), from 4096 columns: one row per program re-read after each
-    reduction, 4 to 16 warps, 16 to 128 values per thread (on an H200: softmax bf16
-    over 16384 columns from 84% to 86% of copy bandwidth, RMSNorm bf16 over 8192 from
-    88% to 90%). Half inputs of those ops: each persistent one-row config of 32 or 64
-    values a thread and up to 8 warps, again with ``maxnreg=96``, under which the
-    compiler widens the row again at each use instead of keeping it in fp32 (on an
-    H200, LayerNorm bf16 over 4096 and 8192 columns at 4 warps reached 88% and 86% of
-    copy bandwidth where the best uncapped configs reached 82% and 83%; over 32768
-    columns at 16 warps, the cap of 64 that fits two programs an SM spilled and was
-    slower).
-    """
-    default = row_config(cols, element_size)
-    rblock = next_power_of_2(cols)
-    options = []
-    half = element_size < 4
-    if rblock <= 1024:
-        for per_program in (1024, 2048, 4096, 8192):
-            for per_thread in (4, 8, 16, 32):
-                warps = per_program // per_thread // 32
-                if 1 <= warps <= 16 and per_program >= rblock:
-                    options.append(RowConfig(per_program // rblock, rblock, warps, True))
-    elif rblock <= PERSISTENT_MAX_RBLOCK:
-        shapes = [(1, 8), (1, 16), (1, 32), (1, 64), (2, 16), (2, 32)]
-        if half:
-            shapes.append((2, 64))
-        for xblock, per_thread in shapes:
-            warps = xblock * rblock // per_thread // 32
-            fits = xblock == 1 or rblock <= (8192 if half else 4096)
-            if 1 <= warps <= 32 and fits:
-                options.append(RowConfig(xblock, rblock, warps, True))
-                if reread and half and xblock == 1 and per_thread in (32, 64) and warps <= 8:
-                    options.append(RowConfig(xblock, rblock, warps, True, maxnreg=96))
-    if rblock >= 2048:
-        options += [RowConfig(1, chunk, warps, False) for chunk, warps in ((1024, 4), (2048, 8)) if chunk < rblock]
-    if rblock >= 8192:
-        options += [RowConfig(1, 4096, 8, False), RowConfig(1, 4096, 16, False)]
-    if reread and 4096 <= rblock <= PERSISTENT_MAX_RBLOCK:
-        for warps in (4, 8, 16):
-            if 16 <= rblock // (32 * warps) <= 128:
-                options.append(RowConfig(1, rblock, warps, True, reread=True))
-    if streamed and 8192 <= rblock <= PERSISTENT_MAX_RBLOCK:
-        for warps in (8, 16, 32):
-            per_thread = rblock // (32 * warps)
-            if 8 <= per_thread <= (64 if element_size < 4 else 32):
-                options += [RowConfig(1, rblock, warps, True, k) for k in (1, 2, 4)]
-                options += [RowConfig(1, rblock, warps, True, k, num_stages=2) for k in (1, 2)
-                            if k * rblock * element_size <= STAGED_SHARED_BYTES]
-    return _unique([default] + options)
-
-
-def _unique(configs: list) -> list:
-    return list(dict.fromkeys(configs))
 
 
 # ----------------------------------------------------------------------------- pointwise kernels
@@ -821,18 +554,49 @@ def _output(out: Optional[torch.Tensor], shape: Sequence[int], dtype: torch.dtyp
     return out
 
 
-def _row_config(config: RowConfig, cols: int, streamed: bool = False, reread: bool = False) -> RowConfig:
-    if config.persistent and config.RBLOCK < cols:
-        raise ValueError(f"persistent config {config} cannot hold a row of {cols} columns")
-    if (not config.persistent or config.programs_per_sm) and config.XBLOCK != 1:
-        raise ValueError(f"looped or streamed config {config} must have XBLOCK == 1")
-    if config.programs_per_sm and not (streamed and config.persistent):
-        raise ValueError(f"config {config}: only persistent softmax, layer_norm and rms_norm configs can stream")
-    if config.num_stages != 1 and not config.programs_per_sm:
-        raise ValueError(f"config {config}: only streamed configs take num_stages > 1")
-    if config.reread and not (reread and config.persistent and not config.programs_per_sm):
-        raise ValueError(f"config {config}: only persistent, unstreamed softmax, layer_norm and rms_norm "
-                         "configs can re-read")
+def _flat_config(config: Config) -> Config:
+    if config.kwargs.keys() != {"XBLOCK"}:
+        raise ValueError(f"config {config}: a 1-D pointwise launch takes XBLOCK and nothing else")
+    return config
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_launch(config: Config) -> tuple[bool, int]:
+    """``(ROWS_FASTEST, PROGRAMS_PER_SM)`` of a `heuristics.broadcast_tile` config,
+    once per config (launches ask every time).
+
+    Raises:
+        ValueError: ``config`` is not a `heuristics.broadcast_tile` launch.
+    """
+    kwargs = config.kwargs
+    rows_fastest, per_sm = kwargs.get("ROWS_FASTEST", False), kwargs.get("PROGRAMS_PER_SM", 0)
+    if (not {"YBLOCK", "XBLOCK"} <= kwargs.keys() <= {"YBLOCK", "XBLOCK", "ROWS_FASTEST", "PROGRAMS_PER_SM"}
+            or per_sm < 0 or (per_sm and rows_fastest) or (config.num_stages != 1 and not per_sm)):
+        raise ValueError(f"config {config} is not a 2-D tile launch: it takes YBLOCK, XBLOCK and either "
+                         "ROWS_FASTEST or PROGRAMS_PER_SM >= 0; only a streamed launch (PROGRAMS_PER_SM) has "
+                         "num_stages > 1")
+    return bool(rows_fastest), per_sm
+
+
+@functools.lru_cache(maxsize=None)
+def _row_launch(config: Config) -> tuple[str, dict]:
+    """`heuristics.row_form` of ``config`` and its entries, once per config (launches
+    ask every time).
+
+    Raises:
+        ValueError: what `heuristics.row_form` raises.
+    """
+    return heuristics.row_form(config), config.kwargs
+
+
+def _row_config(config: Config, cols: int, streamed: bool = False, reread: bool = False) -> Config:
+    form, kwargs = _row_launch(config)
+    if form != "looped" and kwargs["RBLOCK"] < cols:
+        raise ValueError(f"{form} config {config} cannot hold a row of {cols} columns")
+    if form == "streamed" and not streamed:
+        raise ValueError(f"config {config}: only softmax, layer_norm and rms_norm configs can stream")
+    if kwargs.get("REREAD") and not reread:
+        raise ValueError(f"config {config}: only softmax, layer_norm and rms_norm configs can re-read")
     return config
 
 
@@ -845,18 +609,23 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _norm_constexprs(config: RowConfig) -> dict:
-    """REREAD and EARLY_WEIGHTS of a persistent norm launch. The weights are loaded
+def _norm_constexprs(config: Config) -> dict:
+    """REREAD and EARLY_WEIGHTS of a persistent norm launch (none for the other forms,
+    whose kernels take neither). The weights are loaded
     with the row, not after its reductions, where a thread holds at most
     `EARLY_WEIGHTS_MAX` row values and the config is not ``reread`` (which is there to
     save registers): their latency then overlaps the row's instead of following the
     reductions. On an H200, RMSNorm fp32 over 2048 columns (8 warps) went from 98.4%
     to 99.5% of copy bandwidth, over 1024 (4 warps) from 99.0% to 99.5%."""
-    per_thread = config.XBLOCK * config.RBLOCK // (32 * config.num_warps)
-    return {"REREAD": config.reread, "EARLY_WEIGHTS": not config.reread and per_thread <= EARLY_WEIGHTS_MAX}
+    form, kwargs = _row_launch(config)
+    if form != "persistent":
+        return {}
+    reread = kwargs.get("REREAD", False)
+    per_thread = kwargs["XBLOCK"] * kwargs["RBLOCK"] // (32 * config.num_warps)
+    return {"REREAD": reread, "EARLY_WEIGHTS": not reread and per_thread <= EARLY_WEIGHTS_MAX}
 
 
-def _launch_rows(persistent_kernel, looped_kernel, config: RowConfig, rows: int, cols: int,
+def _launch_rows(persistent_kernel, looped_kernel, config: Config, rows: int, cols: int,
                  tensors: tuple, scalars: tuple = (), streamed_kernel=None,
                  persistent_constexprs: Optional[dict] = None, constexprs: Optional[dict] = None) -> None:
     """Launch a row op: ``tensors`` are the pointer arguments, ``scalars`` follow
@@ -866,25 +635,29 @@ def _launch_rows(persistent_kernel, looped_kernel, config: RowConfig, rows: int,
     if rows == 0:
         return
     constexprs = constexprs or {}
-    if config.programs_per_sm:
-        grid = (min(rows, config.programs_per_sm * _sm_count(tensors[0].device)),)
-        streamed_kernel[grid](*tensors, rows, cols, *scalars, RBLOCK=config.RBLOCK, NO_MASK=cols == config.RBLOCK,
+    form, kwargs = _row_launch(config)
+    rblock = kwargs["RBLOCK"]
+    if form == "streamed":
+        grid = (min(rows, kwargs["PROGRAMS_PER_SM"] * _sm_count(tensors[0].device)),)
+        streamed_kernel[grid](*tensors, rows, cols, *scalars, RBLOCK=rblock, NO_MASK=cols == rblock,
                               PREFETCH=config.num_stages == 1, num_warps=config.num_warps,
                               num_stages=config.num_stages, maxnreg=config.maxnreg, **constexprs)
-    elif config.persistent:
-        grid = (dl.cdiv(rows, config.XBLOCK),)
-        no_mask = cols == config.RBLOCK and rows % config.XBLOCK == 0
-        persistent_kernel[grid](*tensors, rows, cols, *scalars, XBLOCK=config.XBLOCK, RBLOCK=config.RBLOCK,
-                                NO_MASK=no_mask, num_warps=config.num_warps, maxnreg=config.maxnreg, **constexprs,
-                                **(persistent_constexprs or {}))
+    elif form == "persistent":
+        xblock = kwargs["XBLOCK"]
+        no_mask = cols == rblock and rows % xblock == 0
+        persistent_kernel[(dl.cdiv(rows, xblock),)](*tensors, rows, cols, *scalars, XBLOCK=xblock, RBLOCK=rblock,
+                                                    NO_MASK=no_mask, num_warps=config.num_warps,
+                                                    maxnreg=config.maxnreg, **constexprs,
+                                                    **(persistent_constexprs or {}))
     else:
-        looped_kernel[(rows,)](*tensors, cols, *scalars, RBLOCK=config.RBLOCK, num_warps=config.num_warps,
+        looped_kernel[(rows,)](*tensors, cols, *scalars, RBLOCK=rblock, num_warps=config.num_warps,
                                maxnreg=config.maxnreg)
 
 
 def add(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = None,
-        config: Optional[PointwiseConfig] = None) -> torch.Tensor:
-    """``a + b`` for contiguous float tensors of one shape and dtype (fp32 arithmetic).
+        config: Optional[Config] = None) -> torch.Tensor:
+    """``a + b`` for contiguous float tensors of one shape and dtype (fp32 arithmetic);
+    ``config``: a 1-D launch (``XBLOCK``, `heuristics.flat_pointwise_candidates`).
 
     Raises:
         TypeError / ValueError: unsupported dtype, non-contiguous or mismatched inputs, a
@@ -897,15 +670,17 @@ def add(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = None,
                          f"vs {b.dtype} {tuple(b.shape)} on {b.device}")
     out = _output(out, a.shape, a.dtype, a.device)
     n = a.numel()
-    config = config or choose_config("add", a, b)
+    config = _flat_config(config) if config else choose_config("add", a, b)
     if n:
-        add_kernel[(dl.cdiv(n, config.XBLOCK),)](a, b, out, n, XBLOCK=config.XBLOCK,
-                                                  NO_MASK=n % config.XBLOCK == 0, num_warps=config.num_warps)
+        xblock = config.kwargs["XBLOCK"]
+        add_kernel[(dl.cdiv(n, xblock),)](a, b, out, n, XBLOCK=xblock, NO_MASK=n % xblock == 0,
+                                          num_warps=config.num_warps, num_stages=config.num_stages,
+                                          maxnreg=config.maxnreg)
     return out
 
 
 def bias_gelu(x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] = None,
-              config: Optional[TileConfig] = None) -> torch.Tensor:
+              config: Optional[Config] = None) -> torch.Tensor:
     """``F.gelu(x + bias)`` (the erf form, not the tanh one) for ``x`` of shape (rows,
     cols) and ``bias`` of shape (cols,); output in ``x``'s dtype. Computed through erfc
     (`bias_gelu_kernel`): relative error about 1e-6 for fp32 outputs (2e-5 below
@@ -920,22 +695,23 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] =
     _check_param("bias", bias, x)
     out = _output(out, x.shape, x.dtype, x.device)
     config = config or choose_config("bias_gelu", x, bias)
+    rows_fastest, per_sm = _tile_launch(config)
     if rows and cols:
-        row_blocks, col_blocks = dl.cdiv(rows, config.YBLOCK), dl.cdiv(cols, config.XBLOCK)
-        no_mask = rows % config.YBLOCK == 0 and cols % config.XBLOCK == 0
+        yblock, xblock = config.kwargs["YBLOCK"], config.kwargs["XBLOCK"]
+        row_blocks, col_blocks = dl.cdiv(rows, yblock), dl.cdiv(cols, xblock)
+        no_mask = rows % yblock == 0 and cols % xblock == 0
         programs = row_blocks * col_blocks
-        if config.programs_per_sm:  # whole sets of column blocks, so each program keeps one
-            per_column = config.programs_per_sm * _sm_count(x.device) // col_blocks
-            programs = col_blocks * min(row_blocks, max(1, per_column))
-        bias_gelu_kernel[(programs,)](x, bias, out, rows, cols, row_blocks, col_blocks, YBLOCK=config.YBLOCK,
-                                      XBLOCK=config.XBLOCK, ROWS_FASTEST=config.rows_fastest, NO_MASK=no_mask,
-                                      HALF=x.element_size() == 2, STREAMED=config.programs_per_sm > 0,
-                                      num_warps=config.num_warps, num_stages=config.num_stages)
+        if per_sm:  # whole sets of column blocks, so each program keeps one
+            programs = col_blocks * min(row_blocks, max(1, per_sm * _sm_count(x.device) // col_blocks))
+        bias_gelu_kernel[(programs,)](x, bias, out, rows, cols, row_blocks, col_blocks, YBLOCK=yblock,
+                                      XBLOCK=xblock, ROWS_FASTEST=rows_fastest, NO_MASK=no_mask,
+                                      HALF=x.element_size() == 2, STREAMED=per_sm > 0, num_warps=config.num_warps,
+                                      num_stages=config.num_stages, maxnreg=config.maxnreg)
     return out
 
 
 def softmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
-            config: Optional[RowConfig] = None) -> torch.Tensor:
+            config: Optional[Config] = None) -> torch.Tensor:
     """``torch.softmax(x, -1)`` for ``x`` of shape (rows, cols); output in ``x``'s dtype.
 
     Raises:
@@ -946,12 +722,13 @@ def softmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
     out = _output(out, x.shape, x.dtype, x.device)
     config = _row_config(config, cols, streamed=True, reread=True) if config else choose_config("softmax", x)
     _launch_rows(softmax_kernel, softmax_looped_kernel, config, rows, cols, (x, out),
-                 streamed_kernel=softmax_streamed_kernel, persistent_constexprs={"REREAD": config.reread})
+                 streamed_kernel=softmax_streamed_kernel,
+                 persistent_constexprs={"REREAD": _row_launch(config)[1].get("REREAD", False)})
     return out
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
-               out: Optional[torch.Tensor] = None, config: Optional[RowConfig] = None) -> torch.Tensor:
+               out: Optional[torch.Tensor] = None, config: Optional[Config] = None) -> torch.Tensor:
     """``F.layer_norm(x, (cols,), weight, bias, eps)`` for ``x`` of shape (rows, cols);
     biased variance, as torch; output in ``x``'s dtype.
 
@@ -973,7 +750,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
-             out: Optional[torch.Tensor] = None, config: Optional[RowConfig] = None) -> torch.Tensor:
+             out: Optional[torch.Tensor] = None, config: Optional[Config] = None) -> torch.Tensor:
     """``F.rms_norm(x, (cols,), weight, eps)``, i.e. ``x * rsqrt(mean(x**2, -1) + eps) *
     weight``, for ``x`` of shape (rows, cols); output in ``x``'s dtype.
 
@@ -991,7 +768,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
 
 
 def row_sum(x: torch.Tensor, out: Optional[torch.Tensor] = None,
-            config: Optional[RowConfig] = None) -> torch.Tensor:
+            config: Optional[Config] = None) -> torch.Tensor:
     """``x.sum(-1)`` for ``x`` of shape (rows, cols): fp32 accumulation, output of shape
     (rows,) in ``x``'s dtype.
 
@@ -1007,7 +784,7 @@ def row_sum(x: torch.Tensor, out: Optional[torch.Tensor] = None,
 
 
 def row_argmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
-               config: Optional[RowConfig] = None) -> torch.Tensor:
+               config: Optional[Config] = None) -> torch.Tensor:
     """``x.argmax(-1)`` for ``x`` of shape (rows, cols): int64 of shape (rows,), the
     first index on ties, NaN counted as the maximum (torch's rules).
 
@@ -1019,24 +796,25 @@ def row_argmax(x: torch.Tensor, out: Optional[torch.Tensor] = None,
     out = _output(out, (rows,), torch.int64, x.device)
     config = _row_config(config, cols) if config else choose_config("row_argmax", x)
     _launch_rows(row_argmax_kernel, row_argmax_looped_kernel, config, rows, cols, (x, out),
-                 persistent_constexprs={"VEC": min(16 // x.element_size(), config.RBLOCK)})
+                 persistent_constexprs={"VEC": min(16 // x.element_size(), _row_launch(config)[1]["RBLOCK"])})
     return out
 
 
 # ----------------------------------------------------------------------------- autotuning
 
 STREAMED_OPS = ("softmax", "layer_norm", "rms_norm")
-"""The row ops with a streamed kernel (`RowConfig.programs_per_sm`)."""
+"""The row ops with a streamed kernel (`heuristics.streamed_row`)."""
 REREAD_OPS = ("softmax", "layer_norm", "rms_norm")
-"""The row ops whose persistent kernel can re-read the row (`RowConfig.reread`)."""
+"""The row ops whose persistent kernel can re-read the row (`heuristics.persistent_row`'s ``reread``)."""
 
 LAUNCHERS = {"add": add, "bias_gelu": bias_gelu, "softmax": softmax, "layer_norm": layer_norm,
              "rms_norm": rms_norm, "row_sum": row_sum, "row_argmax": row_argmax}
 
 
 def candidates(op: str, x: torch.Tensor) -> tuple:
-    """The configs the autotuner times for launcher ``op`` on input ``x`` (the default,
-    `pointwise_config`, `tile_config` or `row_config`, first)."""
+    """The `heuristics.Config`s the autotuner times for launcher ``op`` on input ``x``,
+    the default first (`heuristics.flat_pointwise_candidates`,
+    `heuristics.broadcast_tile_candidates` or `heuristics.row_candidates`)."""
     return _candidates(op, tuple(x.shape), x.element_size())
 
 
@@ -1044,10 +822,11 @@ def candidates(op: str, x: torch.Tensor) -> tuple:
 def _candidates(op: str, shape: tuple[int, ...], element_size: int) -> tuple:
     # Cached: every launch without a config asks for them (choose_config).
     if op == "add":
-        return tuple(pointwise_candidates(math.prod(shape), element_size))
+        return tuple(heuristics.flat_pointwise_candidates(math.prod(shape), element_size))
     if op == "bias_gelu":
-        return tuple(tile_candidates(shape[0], shape[1], element_size))
-    return tuple(row_candidates(shape[-1], element_size, streamed=op in STREAMED_OPS, reread=op in REREAD_OPS))
+        return tuple(heuristics.broadcast_tile_candidates(shape[0], shape[1], element_size))
+    return tuple(heuristics.row_candidates(shape[-1], element_size, streamed=op in STREAMED_OPS,
+                                           reread=op in REREAD_OPS))
 
 
 def choose_config(op: str, *inputs):

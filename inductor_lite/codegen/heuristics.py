@@ -40,11 +40,14 @@ row-sized value."""
 class Config:
     """One launch configuration: block sizes (constexpr name -> value), ``num_warps``,
     ``num_stages`` (software pipelining depth of ``range`` loops) and ``maxnreg``
-    (registers per thread cap, None: none). The type the wrapper's launchers and the
-    autotuner share, as Triton's ``Config``.
+    (registers per thread cap, None: none). The type the wrapper's launchers, the
+    hand-written kernels' launchers and the autotuner share, as Triton's ``Config``.
+    Entries whose names do not end in ``BLOCK`` are other ints or bools the launcher
+    reads, e.g. which variant of a hand-written kernel runs (see `row_form`).
 
     Raises:
-        ValueError: a block size that is not a positive power of two, or ``num_warps``
+        ValueError: a block size (a name ending in ``BLOCK``) that is not a positive
+            power of two, another entry that is not an int or bool, or ``num_warps``
             outside 1..32 or not a power of two.
     """
 
@@ -55,7 +58,9 @@ class Config:
 
     def __post_init__(self):
         for name, value in self.blocks:
-            if value < 1 or value & (value - 1):
+            if not isinstance(value, int):
+                raise ValueError(f"Config: {name}={value!r} must be an int or bool")
+            if name.endswith("BLOCK") and (value < 1 or value & (value - 1)):
                 raise ValueError(f"Config: {name}={value} must be a positive power of two")
         if not 1 <= self.num_warps <= 32 or self.num_warps & (self.num_warps - 1):
             raise ValueError(f"Config: num_warps={self.num_warps} must be a power of two from 1 to 32")
@@ -164,7 +169,27 @@ def persistent_reduction(numel, rnumel: int, element_size: int) -> list[Config]:
         options = [make(1, pt) for pt in (8, 16, 32, 64)] + ([make(2, 32)] if rblock <= 4096 else [])
         if rblock >= 16384:
             options = [o for o in options if rblock // (32 * o.num_warps) <= 64]
+        if rblock >= 8192 and n is not None:
+            options += _streamed_rows(rblock, element_size)
     return _unique([default] + options)
+
+
+def _streamed_rows(rblock: int, element_size: int) -> list[Config]:
+    """Streamed launches of a persistent reduction's grid-stride loop over rows of
+    ``rblock``: 1 or 2 programs an SM of 8 to 32 warps (8 to 32 fp32 or 8 to 64 half
+    values a thread), each loading its next row through shared memory while it reduces
+    this one (``num_stages=2``), where that row fits `STAGED_SHARED_BYTES`. With one or
+    two programs an SM, a program that loads its next row only after reducing this one
+    leaves the memory idle meanwhile: the hand-written LayerNorm bf16 over 32768
+    columns went from 75% to 85% of copy bandwidth on an H200 this way (see
+    `row_candidates`)."""
+    options = []
+    for warps in (8, 16, 32):
+        per_thread = rblock // (32 * warps)
+        if 8 <= per_thread <= (64 if element_size < 4 else 32):
+            options += [Config.of(warps, 2, XBLOCK=1, RBLOCK=rblock, PROGRAMS_PER_SM=k) for k in (1, 2)
+                        if k * rblock * element_size <= STAGED_SHARED_BYTES]
+    return options
 
 
 def reduction(numel, rnumel, element_size: int, reduction_axis: int = 1) -> list[Config]:
@@ -185,3 +210,243 @@ def reduction(numel, rnumel, element_size: int, reduction_axis: int = 1) -> list
     if reduction_axis == 0:
         return _unique([make(64, 32, 8), make(64, 8, 4), make(32, 64, 8), make(128, 16, 8), make(64, 64, 8)])
     return _unique([make(1, 4096, 8), make(1, 2048, 8), make(1, 1024, 4), make(1, 4096, 16), make(2, 2048, 8)])
+
+
+# ----------------------------------------------------------------------------- hand-written kernels
+# Launch configs of the hand-written kernels (`inductor_lite.bench.dsl_kernels`), with the
+# measurements behind them. Their launchers pick a kernel variant and a grid from entries
+# of the Config beside its block sizes: ``ROWS_FASTEST`` and ``PROGRAMS_PER_SM`` for 2-D
+# tiles (`broadcast_tile`), ``REREAD``, ``LOOPED`` and ``PROGRAMS_PER_SM`` for row
+# reductions (`row_form`).
+
+STAGED_SHARED_BYTES = 160 * 1024
+"""Most shared memory an SM's streamed row programs may buffer rows in
+(``num_stages=2``). Deeper buffering did not pay: on an H200, LayerNorm bf16 over 32768
+columns reached 86% of copy bandwidth with one 64 KiB buffer a program
+(``num_stages=2``) and 81% with two (``num_stages=3``)."""
+
+
+def broadcast_tile(yblock: int, xblock: int, num_warps: int, *, rows_fastest: bool = False,
+                   programs_per_sm: int = 0, num_stages: int = 1) -> Config:
+    """A 2-D pointwise launch over ``[YBLOCK rows, XBLOCK columns]`` tiles, one tile a
+    program of a 1-D grid. ``rows_fastest``: consecutive programs take consecutive row
+    blocks (else consecutive column blocks, which walks memory in order).
+    ``programs_per_sm > 0``: a *streamed* launch, about that many programs an SM, each
+    keeping one column block and striding over its row blocks, its tile loads pipelined
+    ``num_stages`` deep.
+
+    Raises:
+        ValueError: a block size that is not a power of two, ``programs_per_sm < 0``,
+            ``rows_fastest`` with a streamed launch (which has no such order), or
+            ``num_stages != 1`` without one.
+    """
+    if programs_per_sm < 0 or (programs_per_sm and rows_fastest) or num_stages < 1 \
+            or (num_stages > 1 and not programs_per_sm):
+        raise ValueError(f"broadcast_tile({yblock}, {xblock}, {num_warps}, rows_fastest={rows_fastest}, "
+                         f"programs_per_sm={programs_per_sm}, num_stages={num_stages}): programs_per_sm must be "
+                         ">= 0, a streamed launch has no rows_fastest order, and only a streamed launch has "
+                         "num_stages > 1")
+    extra = {"ROWS_FASTEST": True} if rows_fastest else {"PROGRAMS_PER_SM": programs_per_sm} if programs_per_sm else {}
+    return Config.of(num_warps, num_stages, YBLOCK=yblock, XBLOCK=xblock, **extra)
+
+
+def persistent_row(xblock: int, rblock: int, num_warps: int, *, reread: bool = False,
+                   maxnreg: Optional[int] = None) -> Config:
+    """A persistent row-reduction launch: ``XBLOCK`` rows a program, each held whole in
+    an ``RBLOCK``-wide block (``RBLOCK >= cols``). ``reread``: the row is loaded again
+    after each reduction instead of held in registers. ``maxnreg``: the cap on
+    registers a thread, under which the compiler widens 16-bit rows again at each use
+    (`inductor_lite.dsl.nvptx`)."""
+    return Config.of(num_warps, 1, maxnreg, XBLOCK=xblock, RBLOCK=rblock, **({"REREAD": True} if reread else {}))
+
+
+def looped_row(rblock: int, num_warps: int) -> Config:
+    """A looped row-reduction launch: one row a program (``XBLOCK=1``), streamed in
+    ``RBLOCK``-wide chunks."""
+    return Config.of(num_warps, XBLOCK=1, RBLOCK=rblock, LOOPED=True)
+
+
+def streamed_row(rblock: int, num_warps: int, programs_per_sm: int, *, num_stages: int = 1,
+                 maxnreg: Optional[int] = None) -> Config:
+    """A streamed row-reduction launch (persistent in the CUDA sense): a grid of
+    ``programs_per_sm`` programs an SM striding over the rows one at a time
+    (``XBLOCK=1``), each row whole in an ``RBLOCK``-wide block, the next row loaded
+    before the current one is reduced: into registers (``num_stages == 1``) or through
+    shared memory, ``num_stages - 1`` rows ahead."""
+    return Config.of(num_warps, num_stages, maxnreg, XBLOCK=1, RBLOCK=rblock, PROGRAMS_PER_SM=programs_per_sm)
+
+
+def row_form(config: Config) -> str:
+    """``"persistent"``, ``"looped"`` or ``"streamed"``: which row-reduction kernel a
+    hand-written row launcher runs for ``config`` (`persistent_row`, `looped_row`,
+    `streamed_row`).
+
+    Raises:
+        ValueError: ``config`` is none of the three, or has entries its form does not take.
+    """
+    kwargs = config.kwargs
+    forms = {"persistent": {"XBLOCK", "RBLOCK"} | kwargs.keys() & {"REREAD"},
+             "looped": {"XBLOCK", "RBLOCK", "LOOPED"}, "streamed": {"XBLOCK", "RBLOCK", "PROGRAMS_PER_SM"}}
+    form = next((f for f, names in forms.items() if kwargs.keys() == names), None)
+    if (form is None or (form != "persistent" and kwargs["XBLOCK"] != 1) or kwargs.get("LOOPED", True) is not True
+            or kwargs.get("PROGRAMS_PER_SM", 1) < 1):
+        raise ValueError(f"config {config} is not a row-reduction launch: a persistent one takes XBLOCK, RBLOCK "
+                         "and optionally REREAD, a looped one XBLOCK=1, RBLOCK and LOOPED=True, a streamed one "
+                         "XBLOCK=1, RBLOCK and PROGRAMS_PER_SM >= 1")
+    if config.num_stages != 1 and form != "streamed":
+        raise ValueError(f"config {config}: only streamed configs take num_stages > 1")
+    return form
+
+
+def flat_pointwise_default(numel: int, element_size: int) -> Config:
+    """``XBLOCK`` and warps of a hand-written 1-D pointwise kernel over ``numel``
+    elements of ``element_size`` bytes: each of 4 warps' threads moves 64 bytes a tensor
+    (four 16-byte vectors), so enough loads are in flight to saturate HBM without a long
+    tail of programs."""
+    return Config.of(4, XBLOCK=min(64 * 32 * 4 // element_size, next_power_of_2(numel)))
+
+
+def flat_pointwise_candidates(numel: int, element_size: int) -> list[Config]:
+    """What the autotuner times for a hand-written 1-D pointwise kernel, the default
+    (`flat_pointwise_default`) first: 4 warps moving 16 to 128 bytes a thread and
+    tensor, 8 warps moving 32 or 64, and 4, 8 or 16 warps moving 8 (one 8-byte access a
+    tensor). On an H100, adding 128 MB of fp32 and 64 MB of bf16 ran at 101.9% and 97.8%
+    of copy bandwidth with 8 bytes a thread, against 99.9% and 96.4% with 32 (what
+    Inductor picks, 8 bytes over 8 warps, reached 101.5% and 96.3%)."""
+    cap = next_power_of_2(numel)
+    options = [Config.of(warps, XBLOCK=min(bytes_per_thread * 32 * warps // element_size, cap))
+               for warps, bytes_per_thread in ((4, 32), (4, 128), (8, 32), (8, 64), (4, 8), (8, 8), (16, 8), (4, 16))]
+    return _unique([flat_pointwise_default(numel, element_size)] + options)
+
+
+def broadcast_tile_default(rows: int, cols: int, element_size: int) -> Config:
+    """Tile shape and warps of a hand-written row-broadcast pointwise kernel (an
+    operand of shape ``(cols,)`` broadcast over ``[rows, cols]``, e.g. a bias): up to
+    1024 columns a tile (16-byte vectors along a row) and enough rows that each thread
+    moves 64 bytes, as in `flat_pointwise_default`; the broadcast slice is loaded once
+    a tile instead of once an element."""
+    xblock = min(next_power_of_2(cols), 1024)
+    yblock = max(1, 64 * 32 * 4 // element_size // xblock)
+    return broadcast_tile(min(yblock, next_power_of_2(rows)), xblock, 4)
+
+
+def broadcast_tile_candidates(rows: int, cols: int, element_size: int) -> list[Config]:
+    """What the autotuner times for a hand-written row-broadcast tile kernel (bias +
+    GELU), the default (`broadcast_tile_default`) first: 4 or 8 warps, up to 1024
+    columns, 32 to 128 bytes a thread, programs in either order; 16 warps at 16 bytes a
+    thread, and 512-column tiles of 8 warps at 32 (on an H100 both reached 97.5-97.7% of
+    copy bandwidth in fp32 where the best of the others reached 97.0%); for half inputs
+    streamed launches of 2 to 8 programs an SM with 16 or 32 bytes a thread and 2 or 4
+    stages, the five best of 64 such launches on an H200. (There, column blocks first
+    was 3-7% faster in fp32, and rows first 8% faster in bf16, where GELU's arithmetic,
+    not memory, is the limit; streamed and pipelined launches reached 86-87% of copy
+    bandwidth in bf16, against 84-85% for the best tiles, and were 2-3% slower in
+    fp32.)"""
+    xblock = min(1024, next_power_of_2(cols))
+    rows_cap = next_power_of_2(rows)
+
+    def rows_for(bytes_per_thread: int, warps: int, tile_cols: int) -> int:
+        return min(max(1, bytes_per_thread * 32 * warps // element_size // tile_cols), rows_cap)
+
+    options = [broadcast_tile(rows_for(bytes_per_thread, warps, xblock), xblock, warps, rows_fastest=rows_fastest)
+               for rows_fastest in (False, True) for warps in (4, 8) for bytes_per_thread in (32, 64, 128)]
+    options += [broadcast_tile(rows_for(bytes_per_thread, warps, tile_cols), tile_cols, warps)
+                for tile_cols, warps, bytes_per_thread in ((xblock, 16, 16), (min(xblock, 512), 8, 32))]
+    if element_size < 4:  # streamed: the next tile's loads overlap GELU's arithmetic
+        options += [broadcast_tile(rows_for(bytes_per_thread, warps, xblock), xblock, warps,
+                                   programs_per_sm=per_sm, num_stages=stages)
+                    for warps, bytes_per_thread, per_sm, stages in ((4, 16, 8, 2), (4, 16, 4, 4), (4, 32, 4, 2),
+                                                                    (8, 16, 2, 4), (8, 16, 4, 2))]
+    return _unique([broadcast_tile_default(rows, cols, element_size)] + options)
+
+
+def row_default(cols: int, element_size: int) -> Config:
+    """Launch of a hand-written row reduction over rows of ``cols`` elements of
+    ``element_size`` bytes.
+
+    Rows of up to 1024 columns: persistent, 4 warps, several rows a program with about
+    4096 elements a program (one warp a row at 1024 columns, so the reductions stay in
+    warp shuffles). Longer rows up to `PERSISTENT_MAX_RBLOCK`: persistent, one row a
+    program, 4 warps up to 2048 columns, 8 at 4096, 16 beyond (8 to 64 fp32 values a
+    thread; 16 warps keep the register budget at 128 a thread). Half inputs from 2048
+    to 8192 columns get twice the elements a thread (two rows a program at 2048, else
+    half the warps), so each thread still loads 64 bytes: on an H200 the bf16 rows at
+    16 elements (32 bytes) a thread reached only 75-84% of copy bandwidth where fp32 at
+    64 bytes reached 95%. Longer still: looped over 4096-column chunks with 8 warps.
+    """
+    rblock = next_power_of_2(cols)
+    if rblock <= 1024:
+        return persistent_row(max(1, 4096 // rblock), rblock, 4)
+    if rblock <= PERSISTENT_MAX_RBLOCK:
+        warps = 4 if rblock <= 2048 else 8 if rblock <= 4096 else 16
+        if element_size < 4 and rblock <= 8192:
+            if warps == 4:
+                return persistent_row(2, rblock, 4)
+            warps //= 2
+        return persistent_row(1, rblock, warps)
+    return looped_row(4096, 8)
+
+
+def row_candidates(cols: int, element_size: int, streamed: bool = False, reread: bool = False) -> list[Config]:
+    """What the autotuner times for a hand-written row reduction, the default
+    (`row_default`) first.
+
+    Persistent: 4 to 32 values a thread over 1024 to 8192 elements a program for rows
+    of up to 1024 columns; 8 to 64 values a thread, one row a program (and two, up to
+    4096 columns, or 8192 for half inputs) for longer rows. The values a thread trade
+    registers (hence programs resident an SM, hence loads in flight) against the cost
+    of the cross-warp reduction. Looped: 1024-column chunks with 4 warps and
+    2048-column chunks with 8 from 2048 columns, 4096-column chunks with 8 or 16 warps
+    from 8192. ``streamed`` (kernels with a streamed form), from 8192 columns: 1, 2 or
+    4 programs an SM of 8 to 32 warps, 8 to 32 fp32 or 8 to 64 half values a thread,
+    with the next row in registers; and 1 or 2 programs an SM with the next row in
+    shared memory (``num_stages=2``) where their buffers take at most
+    `STAGED_SHARED_BYTES`. There one or two programs fill an SM, and a program that
+    loads its next row only after reducing this one leaves the memory idle meanwhile:
+    on an H200 streaming raised LayerNorm over 16384 columns from 83% to 90% of copy
+    bandwidth in fp32 and from 67% to 82% in bf16, and the shared-memory form
+    LayerNorm bf16 over 32768 columns from 75% to 85% (a 64 KiB row in flight in
+    registers spills). ``reread`` (kernels that reduce a row before using it again),
+    from 4096 columns: one row a program re-read after each reduction, 4 to 16 warps,
+    16 to 128 values a thread (on an H200: softmax bf16 over 16384 columns from 84% to
+    86% of copy bandwidth, RMSNorm bf16 over 8192 from 88% to 90%). Half inputs of
+    those kernels: each persistent one-row config of 32 or 64 values a thread and up to
+    8 warps, again with ``maxnreg=96``, under which the compiler widens the row again
+    at each use instead of keeping it in fp32 (on an H200, LayerNorm bf16 over 4096 and
+    8192 columns at 4 warps reached 88% and 86% of copy bandwidth where the best
+    uncapped configs reached 82% and 83%; over 32768 columns at 16 warps, the cap of 64
+    that fits two programs an SM spilled and was slower).
+    """
+    rblock = next_power_of_2(cols)
+    options = []
+    half = element_size < 4
+    if rblock <= 1024:
+        for per_program in (1024, 2048, 4096, 8192):
+            for per_thread in (4, 8, 16, 32):
+                warps = per_program // per_thread // 32
+                if 1 <= warps <= 16 and per_program >= rblock:
+                    options.append(persistent_row(per_program // rblock, rblock, warps))
+    elif rblock <= PERSISTENT_MAX_RBLOCK:
+        shapes = [(1, 8), (1, 16), (1, 32), (1, 64), (2, 16), (2, 32)] + ([(2, 64)] if half else [])
+        for xblock, per_thread in shapes:
+            warps = xblock * rblock // per_thread // 32
+            fits = xblock == 1 or rblock <= (8192 if half else 4096)
+            if 1 <= warps <= 32 and fits:
+                options.append(persistent_row(xblock, rblock, warps))
+                if reread and half and xblock == 1 and per_thread in (32, 64) and warps <= 8:
+                    options.append(persistent_row(xblock, rblock, warps, maxnreg=96))
+    if rblock >= 2048:
+        options += [looped_row(chunk, warps) for chunk, warps in ((1024, 4), (2048, 8)) if chunk < rblock]
+    if rblock >= 8192:
+        options += [looped_row(4096, 8), looped_row(4096, 16)]
+    if reread and 4096 <= rblock <= PERSISTENT_MAX_RBLOCK:
+        options += [persistent_row(1, rblock, warps, reread=True) for warps in (4, 8, 16)
+                    if 16 <= rblock // (32 * warps) <= 128]
+    if streamed and 8192 <= rblock <= PERSISTENT_MAX_RBLOCK:
+        for warps in (8, 16, 32):
+            per_thread = rblock // (32 * warps)
+            if 8 <= per_thread <= (64 if half else 32):
+                options += [streamed_row(rblock, warps, k) for k in (1, 2, 4)]
+                options += [streamed_row(rblock, warps, k, num_stages=2) for k in (1, 2)
+                            if k * rblock * element_size <= STAGED_SHARED_BYTES]
+    return _unique([row_default(cols, element_size)] + options)

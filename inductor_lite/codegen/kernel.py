@@ -62,7 +62,7 @@ from ..ir.nodes import Reduction, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT, RFLAT
 from ..scheduler.fusion import KernelGroup
-from ..scheduler.tiling import YFLAT, Tiling, choose_tiling
+from ..scheduler.tiling import YFLAT, Tiling, choose_tiling, stride_hint
 from . import heuristics
 from .heuristics import Config
 from .printer import kexpr
@@ -486,8 +486,8 @@ class KernelCodegen(OpsHandler):
             x = self.where(self.lt(x, self.constant(0, torch.int64)), self.add(x, n), x)
         symbol = sympy.Symbol(x.text, integer=True, nonnegative=True)  # in range wherever a load uses it
         self.local_index_symbols.add(symbol)
-        in_range = self.logical_and(self.ge(x, self.constant(0, torch.int64)), self.lt(x, n))
-        self.indirect_masks[symbol] = in_range if check else None
+        self.indirect_masks[symbol] = self.logical_and(
+            self.ge(x, self.constant(0, torch.int64)), self.lt(x, n)) if check else None
         return symbol
 
     def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
@@ -685,23 +685,24 @@ def kernel_name(group: KernelGroup, index: int, persistent: bool) -> str:
 
 
 def reduction_axis(group: KernelGroup) -> int:
-    """0 when the group's reductions read along their outputs' contiguous dimension
-    (an *outer* reduction: ``rindex`` has a larger stride than ``xindex`` in the
-    largest read), else 1. Decided from the MemoryDep index expressions."""
+    """0 when the group's largest read from memory runs along the outputs' contiguous
+    dimension (an *outer* reduction: stride 1 along ``xindex``, a larger one along
+    ``rindex``), else 1. Decided from the MemoryDep index expressions' stride hints."""
     best, axis = None, 1
+    written = group.writes()
     for node in group.nodes:
-        if not node.is_reduction:
-            continue
         rw = node.read_writes
         placement = rw.placement(group.numel, group.rnumel)
         for dep in rw.reads:
+            if dep.name in written:
+                continue
             index = dep.kernel_index(placement, group.numel, group.rnumel)
-            x_stride = sympy.expand(index).coeff(FLAT)
-            r_stride = sympy.expand(index).coeff(RFLAT)
-            size = dep.numel()
-            if best is None or _static_size(size) > best:
-                best = _static_size(size)
-                axis = 0 if x_stride == 1 and r_stride != 1 and r_stride != 0 else 1
+            x_stride = stride_hint(index, FLAT, (RFLAT,))
+            r_stride = stride_hint(index, RFLAT, (FLAT,))
+            size = _static_size(dep.numel())
+            if best is None or size > best:
+                best = size
+                axis = 0 if x_stride == 1 and r_stride not in (None, 0, 1) else 1
     return axis
 
 
@@ -784,19 +785,25 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
         body += [f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         constexprs = ["XBLOCK"]
         configs = heuristics.pointwise(group.numel, element_size, config.xblock, config.num_warps)
+    elif persistent:
+        # rows in a grid-stride loop: one pass a program for a full grid, several for a
+        # streamed launch (Config PROGRAMS_PER_SM), whose loads num_stages pipelines
+        body.append("rindex = dl.arange(0, RBLOCK)[None, :]")
+        if cg.has_rmask:
+            body.append("rmask = rindex < rnumel")
+        body.append(f"for xoffset in range({pid} * XBLOCK, xnumel, dl.num_programs(0) * XBLOCK):")
+        row = ["xindex = xoffset + dl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel"]
+        body += [f"    {line}" for line in row + cg.index_lines + cg.body.lines]
+        constexprs = ["XBLOCK", "RBLOCK"]
+        configs = heuristics.persistent_reduction(group.numel, int(group.rnumel), element_size)
     else:
         x_axis, r_axis = ("[:, None]", "[None, :]") if axis == 1 else ("[None, :]", "[:, None]")
-        body += [f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK){x_axis}", "xmask = xindex < xnumel"]
-        if persistent:
-            body.append(f"rindex = dl.arange(0, RBLOCK){r_axis}")
-            if cg.has_rmask:
-                body.append("rmask = rindex < rnumel")
-            configs = heuristics.persistent_reduction(group.numel, int(group.rnumel), element_size)
-        else:
-            body.append(f"rbase = dl.arange(0, RBLOCK){r_axis}")
-            configs = heuristics.reduction(group.numel, group.rnumel, element_size, axis)
+        body += [f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK){x_axis}", "xmask = xindex < xnumel",
+                 f"rbase = dl.arange(0, RBLOCK){r_axis}"]
         constexprs = ["XBLOCK", "RBLOCK"]
-    body += cg.index_lines + cg.body.lines
+        configs = heuristics.reduction(group.numel, group.rnumel, element_size, axis)
+    if not persistent:
+        body += cg.index_lines + cg.body.lines
     signature = ", ".join(params + [f"{c}: dl.constexpr" for c in constexprs])
     source = "\n".join(["@dl.kernel", f"def {name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
     return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid))

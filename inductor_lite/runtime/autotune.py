@@ -84,7 +84,8 @@ def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C
         key: what the best config depends on besides ``name``, e.g. ``(rows, cols,
             dtype)``; hashable, and its ``repr`` must be stable across processes.
         candidates: hashable launch configs, the default first; ``str(c)`` must tell
-            them apart.
+            them apart, since it names the decision on disk (`heuristics.Config`'s
+            names its block sizes, ``num_warps``, ``num_stages`` and ``maxnreg``).
         run: launches the kernel with one config on the real arguments. It is called
             several times per candidate, so it must not read what it writes, and
             captured into CUDA graphs, so it must not synchronize with the host.

@@ -10,7 +10,7 @@ range), and ``cuLaunchKernel`` on torch's current stream.
 
 ``bind_launcher(kernel, device, arg_kinds, num_warps, **constexprs)`` is for generated
 wrappers, whose code already fixes the argument count and kinds, the constexprs, the
-grid's shape, num_warps and num_stages, and every tensor's dtype and device. It returns a function
+grid's shape, num_warps, num_stages and maxnreg, and every tensor's dtype and device. It returns a function
 generated for that kernel (see `bind_launcher`) that per launch only reads the
 pointers, computes the specialisation's per-launch facts (16-byte alignment of each
 pointer, divisibility by 16 and int32 range of each int) as a tuple key, finds the
@@ -41,7 +41,6 @@ import functools
 import itertools
 import linecache
 import operator
-import os
 import struct
 import threading
 import weakref
@@ -53,6 +52,7 @@ from . import driver
 from .cache import CompiledBinary, cache_key, default_cache
 from ..config import config
 from ..counters import counters
+from ..debug import write_files
 from ..dsl.assembler import ptx_to_cubin
 from ..dsl.compiler import compile_ptx, toolchain_versions
 from ..dsl.nvptx import check_maxnreg
@@ -353,10 +353,10 @@ _PARAM_KINDS = {"ptr": "tensor", "i32": "int", "i64": "int", "f32": "float", "f6
 
 def bind_launcher(
     kernel: Any, device: int | str | torch.device, arg_kinds: Sequence[str], num_warps: int, *,
-    num_stages: int = 1, **constexprs: Any
+    num_stages: int = 1, maxnreg: int | None = None, **constexprs: Any
 ) -> Callable[..., None]:
-    """A launcher of ``kernel`` with fixed ``constexprs``, ``num_warps`` and ``num_stages`` on ``device``,
-    for generated wrappers: ``launch(grid, *args)``.
+    """A launcher of ``kernel`` with fixed ``constexprs``, ``num_warps``, ``num_stages`` and ``maxnreg`` on
+    ``device``, for generated wrappers: ``launch(grid, *args)``.
 
     It trusts what the wrapper's code fixes: ``grid`` is an (x, y, z) tuple of
     non-negative ints; ``args`` has one value per runtime argument, of the kind
@@ -385,14 +385,17 @@ def bind_launcher(
         device: CUDA device index, ``"cuda:N"`` or a ``torch.device``.
         arg_kinds: ``"tensor"``, ``"int"`` (bools count) or ``"float"`` per runtime argument.
         num_warps: warps per program (1 to 32).
+        num_stages: pipelining depth of the kernel's loops (as `launch`).
+        maxnreg: cap on registers per thread, in [16, 255] (None: none; as `launch`).
         constexprs: the kernel's constexprs by name.
 
     Raises:
-        ValueError: an unknown kind, bad num_warps or device. At a launch with a new key,
+        ValueError: an unknown kind, bad num_warps, num_stages, maxnreg or device. At a launch with a new key,
             what `launch` raises for bad arguments, and TypeError for an argument whose
             kind is not the bound one.
     """
-    return _Binding(kernel, _device_index(device), tuple(arg_kinds), num_warps, num_stages, constexprs).launch
+    return _Binding(kernel, _device_index(device), tuple(arg_kinds), num_warps, num_stages, maxnreg,
+                    constexprs).launch
 
 
 # every live `_Binding`, so clear_memory_cache can empty their key -> loaded kernel tables
@@ -404,17 +407,19 @@ class _Binding:
     """The state behind one `bind_launcher` function; see there."""
 
     def __init__(self, kernel: Any, device: int, arg_kinds: tuple[str, ...], num_warps: int, num_stages: int,
-                 constexprs: dict):
+                 maxnreg: int | None, constexprs: dict):
         unknown = [k for k in arg_kinds if k not in ARG_KINDS]
         if unknown:
             raise ValueError(f"kernel {kernel.name!r}: unknown argument kinds {unknown}; expected each of {ARG_KINDS}")
         _check_num_warps(kernel.name, num_warps)
         check_num_stages(kernel.name, num_stages)
+        check_maxnreg(kernel.name, maxnreg)
         self.kernel = kernel
         self.device = device
         self.arg_kinds = arg_kinds
         self.num_warps = num_warps
         self.num_stages = num_stages
+        self.maxnreg = maxnreg
         self.constexprs = constexprs
         self.by_key: dict[tuple, LoadedKernel] = {}
         self.launch = self._generate()
@@ -459,7 +464,7 @@ class _Binding:
             if isinstance(a, torch.Tensor) and a.get_device() != self.device:
                 raise ValueError(f"kernel {name!r}: argument {i} is on {a.device}, but the launcher is bound to "
                                  f"cuda:{self.device}")
-        loaded = precompile(self.kernel, spec, self.num_warps, self.device, self.num_stages)
+        loaded = precompile(self.kernel, spec, self.num_warps, self.device, self.num_stages, self.maxnreg)
         for i, (kind, param) in enumerate(zip(self.arg_kinds, loaded.binary.param_types)):
             if _PARAM_KINDS[param] != kind:
                 raise TypeError(
@@ -470,7 +475,7 @@ class _Binding:
         return loaded
 
     def _interpret(self, grid: tuple, args: tuple) -> None:
-        self.kernel.run(grid, args, self.constexprs, self.num_warps, self.num_stages)
+        self.kernel.run(grid, args, self.constexprs, self.num_warps, self.num_stages, self.maxnreg)
 
 
 def _tuple_source(items: Sequence[str]) -> str:
@@ -542,9 +547,5 @@ def _compile(kernel: Any, spec: Any, num_warps: int, cc: tuple[int, int], num_st
 
 
 def _write_debug_files(debug_dir: str | None, binary: CompiledBinary) -> None:
-    if not debug_dir:
-        return
-    os.makedirs(debug_dir, exist_ok=True)
-    for suffix, text in ((".ll", binary.llvm_ir), (".ptx", binary.ptx)):
-        with open(os.path.join(debug_dir, binary.name + suffix), "w") as f:
-            f.write(text)
+    if debug_dir:
+        write_files(debug_dir, {binary.name + ".ll": binary.llvm_ir, binary.name + ".ptx": binary.ptx})

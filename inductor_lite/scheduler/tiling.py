@@ -50,8 +50,10 @@ class Tiling:
         return simplify_index(flat, self.ranges())
 
 
-def _stride(index: Expr, var: sympy.Symbol, others: tuple) -> Optional[Expr]:
-    """``index(var=1) - index(var=0)`` with ``others`` at 0 (a stride hint)."""
+def stride_hint(index: Expr, var: sympy.Symbol, others: tuple = ()) -> Optional[Expr]:
+    """``index(var=1) - index(var=0)`` with ``others`` at 0: the stride of an access
+    along ``var`` near the origin (TorchInductor's stride hints), or None when it cannot
+    be evaluated."""
     at = {o: 0 for o in others}
     try:
         return sympy.simplify(index.subs({**at, var: 1}) - index.subs({**at, var: 0}))
@@ -74,7 +76,7 @@ def _candidates(group) -> list[Tiling]:
         rw = node.read_writes
         for dep in rw.reads + rw.writes:
             for k, var in enumerate(rw.x_vars):
-                if not _is_one(_stride(dep.index, var, rw.x_vars)):
+                if not _is_one(stride_hint(dep.index, var, rw.x_vars)):
                     continue
                 inner = product(rw.ranges[k + 1:])
                 if inner == 1:
@@ -96,10 +98,10 @@ def _coalesced_bytes(group, tiling: Optional[Tiling], element_size: Callable[[st
         for dep in rw.reads + rw.writes:
             index = dep.kernel_index(placement, group.numel, group.rnumel)
             if tiling is None:
-                ok = _is_one(_stride(index, FLAT, ()))
+                ok = _is_one(stride_hint(index, FLAT, ()))
             else:
                 index = tiling.split(index)
-                ok = _is_one(_stride(index, FLAT, (YFLAT,))) or _is_one(_stride(index, YFLAT, (FLAT,)))
+                ok = _is_one(stride_hint(index, FLAT, (YFLAT,))) or _is_one(stride_hint(index, YFLAT, (FLAT,)))
             total += element_size(dep.name) if ok else 0
     return total
 
