@@ -27,7 +27,10 @@ from inductor_lite.bench.report import COLUMNS, geomean, geomean_speedups, write
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("eager", "inductor_lite")
 BUILTIN = ("mlp", "gpt")
-NUMBER_COLUMNS = ("speedup", "eager_ms", "compiled_ms", "compile_cold_s", "compile_warm_s")
+NUMBER_COLUMNS = (
+    "speedup", "speedup_q1", "speedup_q3", "eager_ms", "eager_iqr_ms", "compiled_ms", "compiled_iqr_ms",
+    "compile_cold_s", "compile_warm_s",
+)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +81,10 @@ def test_cli_rows_pass_accuracy_with_numbers(cli_run, model, backend):
         value = float(row[column])
         assert math.isfinite(value), (column, row[column])
     assert float(row["speedup"]) > 0 and float(row["eager_ms"]) > 0 and float(row["compiled_ms"]) > 0
+    # Every time comes with its spread: the speedup's quartiles bracket it, IQRs are >= 0.
+    assert float(row["speedup_q1"]) <= float(row["speedup"]) <= float(row["speedup_q3"])
+    assert float(row["eager_iqr_ms"]) >= 0 and float(row["compiled_iqr_ms"]) >= 0
+    assert row["compile_mode"] == "default"
     # A CPU run has no CUDA allocator to read peaks from.
     assert row["memory_ratio"] == "" and row["eager_peak_mib"] == ""
 

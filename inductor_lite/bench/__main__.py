@@ -6,9 +6,14 @@ Examples::
     python -m inductor_lite.bench --models hf --mode training --dtype amp --output hf.csv
     python -m inductor_lite.bench --device cpu --tiny --models builtin \\
         --backends eager,inductor_lite --repeat 3 --output out.json --plot out.png
+    python -m inductor_lite.bench --models hf --dtype bf16 --compile-mode reduce-overhead
+    python -m inductor_lite.bench --models gpt2,resnet50 --dtype bf16 --profile
 
 Prints a table (one row per model and backend) and the geomean speedups; see
-`inductor_lite.bench.measure` for how each number is measured.
+`inductor_lite.bench.measure` for how each number is measured. With ``--profile`` it
+prints the profile view instead (`inductor_lite.bench.profile`): per model and backend
+the wall, host and GPU busy time per call, GPU time by kernel category, kernels per
+call and the top kernels.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from typing import Any
 
 import torch
 
-from .measure import DTYPES, MODES, Result, Settings, measure_model
+from .measure import COMPILE_MODES, DTYPES, MODES, Result, Settings, measure_model
 from .models import MODELS, SUITES, ModelSpec, resolve_models
-from .report import output_format, plot_speedups, print_summary, require, write_results
+from .profile import ProfileRow, profile_model
+from .report import output_format, plot_speedups, print_profiles, print_summary, require, write_results
 
 DEFAULT_BACKENDS = "eager,inductor,inductor_lite"
 
@@ -53,8 +59,24 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated torch.compile backends (default: {DEFAULT_BACKENDS}); "
         "'eager' is TorchDynamo capture without a compiler; the speedup baseline is always plain eager",
     )
-    parser.add_argument("--repeat", type=int, default=30, help="timed iterations per backend (default: 30)")
+    parser.add_argument(
+        "--compile-mode", choices=COMPILE_MODES, default="default",
+        help="torch.compile's mode for every compiled backend, e.g. reduce-overhead (CUDA graphs); default: default",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=30,
+        help="timed rounds per backend, each one sample of every contender, a sample being "
+        "iterations queued back to back for 20 ms or more (default: 30)",
+    )
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations before timing (default: 5)")
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="instead of the speedup table, profile each model and backend with torch.profiler: wall, host "
+        "and GPU busy time per call, GPU time of generated, GEMM, convolution, attention and other kernels, "
+        "kernels per call and the top kernels",
+    )
+    parser.add_argument("--profile-calls", type=int, default=10, help="calls profiled per backend (default: 10)")
+    parser.add_argument("--top", type=int, default=5, help="top kernels listed per row with --profile (default: 5)")
     parser.add_argument("--output", help="write the results to this .csv or .json file")
     parser.add_argument("--plot", help="write a bar chart of the speedups to this .png file")
     parser.add_argument(
@@ -112,8 +134,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         backends = _parse_backends(args.backends)
         settings = Settings(
             mode=args.mode, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
-            repeat=args.repeat, warmup=args.warmup, tiny=args.tiny, seed=args.seed,
+            repeat=args.repeat, warmup=args.warmup, tiny=args.tiny, seed=args.seed, compile_mode=args.compile_mode,
         )
+        if args.profile_calls < 1 or args.top < 0:
+            raise ValueError(f"need --profile-calls >= 1 and --top >= 0, got {args.profile_calls} and {args.top}")
+        if args.profile and (args.output or args.plot):
+            raise ValueError("--output and --plot write the speedup table, which --profile does not measure")
         if args.output:
             output_format(args.output)
         if args.plot and os.path.splitext(args.plot)[1].lower() != ".png":
@@ -145,16 +171,21 @@ def _metadata(backends: list[str], settings: Settings) -> dict[str, Any]:
     }
 
 
-def run(specs: list[ModelSpec], backends: list[str], settings: Settings) -> list[Result]:
-    """Measure every model on every backend, with a progress bar on stderr."""
+def _progress() -> Any:
+    """A rich progress bar on stderr, gone once done."""
     progress_mod = require("rich.progress")
     console_mod = require("rich.console")
-    rows: list[Result] = []
-    progress = progress_mod.Progress(
+    return progress_mod.Progress(
         progress_mod.TextColumn("{task.description}"), progress_mod.BarColumn(),
         progress_mod.MofNCompleteColumn(), progress_mod.TimeElapsedColumn(),
         console=console_mod.Console(stderr=True), transient=True,
     )
+
+
+def run(specs: list[ModelSpec], backends: list[str], settings: Settings) -> list[Result]:
+    """Measure every model on every backend, with a progress bar on stderr."""
+    rows: list[Result] = []
+    progress = _progress()
     with progress:
         task = progress.add_task("benchmarking", total=len(specs) * len(backends))
         for spec in specs:
@@ -172,6 +203,24 @@ def run(specs: list[ModelSpec], backends: list[str], settings: Settings) -> list
     return rows
 
 
+def run_profiles(specs: list[ModelSpec], backends: list[str], settings: Settings, calls: int,
+                 top: int) -> list[ProfileRow]:
+    """The profile view of every model on every backend, with a progress bar on stderr."""
+    rows: list[ProfileRow] = []
+    progress = _progress()
+    with progress:
+        task = progress.add_task("profiling", total=len(specs))
+        for spec in specs:
+            progress.update(task, description=f"{spec.name} / {', '.join(backends)}")
+            for row in profile_model(spec, backends, settings, calls, top):
+                rows.append(row)
+                wall = "-" if row.wall_ms is None else f"{row.wall_ms:.3f} ms"
+                busy = "-" if row.device is None else f"{row.device.busy_ms:.3f} ms"
+                print(f"{row.model} / {row.backend}: {row.status}, wall {wall}, GPU busy {busy}", flush=True)
+            progress.advance(task)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 once the run finished, whatever the rows say)."""
     args, specs, backends, settings = parse_args(argv)
@@ -183,13 +232,17 @@ def main(argv: list[str] | None = None) -> int:
         # As PyTorch's compiler benchmarks do: fp32 matmuls and convolutions on TF32.
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    if args.profile:
+        print_profiles(run_profiles(specs, backends, settings, args.profile_calls, args.top))
+        return 0
     rows = run(specs, backends, settings)
     print_summary(rows)
     if args.output:
         write_results(rows, args.output, _metadata(backends, settings))
         print(f"results written to {args.output}")
     if args.plot:
-        title = f"speedup over eager ({settings.mode}, {settings.dtype}, {settings.device})"
+        mode = "" if settings.compile_mode == "default" else f", {settings.compile_mode}"
+        title = f"speedup over eager ({settings.mode}, {settings.dtype}, {settings.device}{mode})"
         plot_speedups(rows, args.plot, title=title)
         print(f"chart written to {args.plot}")
     return 0

@@ -8,14 +8,20 @@ in pytorch/pytorch), reimplemented here:
   an RMSE against fp64 no worse than a small multiple of eager's own RMSE (the rule of
   ``torch._dynamo.utils.same(..., fp64_ref=...)``). Inference compares the output;
   training compares the loss and every parameter gradient after one forward/backward.
-- speedup: eager and compiled iterations are interleaved (so clock and load changes hit
-  both), each timed after warm-up, and the ratio of the medians is reported. CUDA runs
-  are timed with CUDA events, CPU runs with ``time.perf_counter``.
+- speedup: wall time per iteration, eager and compiled interleaved round by round
+  after warm-up, each sample several iterations queued back to back between CUDA
+  events (`walltime.time_contenders`); the speedup is the median of the per-round
+  ratios eager / compiled, with their quartiles, and each time its median and
+  interquartile range.
+- ``compile_mode``: ``torch.compile``'s ``mode`` for every compiled backend (the
+  baseline stays plain eager); under the CUDA-graph modes each compiled iteration
+  starts with ``torch.compiler.cudagraph_mark_step_begin()``, as the dynamo
+  benchmarks do.
 - peak memory: ``torch.cuda.max_memory_allocated`` over one iteration after
   ``reset_peak_memory_stats``; the ratio is eager peak / compiled peak.
 - compile latency: time of the first call minus eager's median iteration time. Cold:
   an empty on-disk cache; warm: the same cache directory after ``torch._dynamo.reset()``
-  with the backend's in-memory caches cleared.
+  with the backend's in-memory caches cleared. One compile each, so no spread.
 
 A training iteration is ``zero_grad``, forward, mean cross-entropy loss, backward; the
 optimizer step is left out because it runs outside the compiled module.
@@ -29,7 +35,6 @@ import dataclasses
 import gc
 import logging
 import os
-import statistics
 import tempfile
 import time
 from typing import Any, Callable, Iterator
@@ -39,11 +44,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .models import ModelSpec
+from .walltime import time_contenders
 
 log = logging.getLogger("inductor_lite.bench")
 
 MODES = ("inference", "training")
 DTYPES = ("fp32", "bf16", "amp")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""``torch.compile`` modes; ``reduce-overhead`` and ``max-autotune`` use CUDA graphs."""
+
+
+def uses_cudagraphs(compile_mode: str) -> bool:
+    """Whether ``torch.compile`` runs a mode's compiled code under CUDA graphs."""
+    return compile_mode in ("reduce-overhead", "max-autotune")
 
 # allclose tolerance: TorchDynamo's HuggingFace and timm suites use 1e-3 for inference
 # and 1e-2 for training (get_tolerance_and_cosine_flag in benchmarks/dynamo/).
@@ -71,13 +84,16 @@ class Settings:
             gradient scaler, unlike the float16 autocast of the dynamo benchmarks).
         device: ``"cuda"`` or ``"cpu"``.
         batch_size: overrides each model's default batch size when set.
-        repeat: timed iterations per backend (each of eager and compiled).
+        repeat: timed rounds per backend; each round takes one sample of eager and of
+            the compiled module, of several iterations each (`walltime`).
         warmup: untimed iterations of each before timing.
         tiny: tiny model configs (CPU smoke tests).
         seed: seeds weights and inputs.
+        compile_mode: ``torch.compile``'s ``mode`` (one of `COMPILE_MODES`) for every
+            compiled backend.
 
     Raises:
-        ValueError: an unknown mode, dtype or device, or a count out of range.
+        ValueError: an unknown mode, dtype, device or compile mode, or a count out of range.
     """
 
     mode: str = "inference"
@@ -88,6 +104,7 @@ class Settings:
     warmup: int = 5
     tiny: bool = False
     seed: int = 0
+    compile_mode: str = "default"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -96,6 +113,8 @@ class Settings:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.device not in ("cuda", "cpu"):
             raise ValueError(f"device must be 'cuda' or 'cpu', got {self.device!r}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
         if self.repeat < 1:
@@ -115,9 +134,11 @@ class Result:
     ``status`` is ``ok`` (every measurement ran), ``skipped`` (the model's package is
     missing), ``eager_failed`` (the model does not run eagerly, so nothing was compared),
     ``failed`` (the backend raised; ``note`` has the error) or ``oom``. ``accuracy`` is
-    ``pass`` or ``fail_accuracy`` once checked, else empty. Times: ``eager_ms`` and
-    ``compiled_ms`` are median iteration times in milliseconds, ``compile_*_s`` seconds;
-    memory in MiB (CUDA only). ``kernels``, ``fallbacks`` (aten extern calls) and
+    ``pass`` or ``fail_accuracy`` once checked, else empty. ``speedup`` is the median of
+    the per-round ratios eager / compiled, ``speedup_q1``/``speedup_q3`` their
+    quartiles. Times: ``eager_ms`` and ``compiled_ms`` are median wall times per
+    iteration in milliseconds, ``*_iqr_ms`` their interquartile ranges;
+    ``compile_*_s`` seconds (one compile each); memory in MiB (CUDA only). ``kernels``, ``fallbacks`` (aten extern calls) and
     ``graph_fallbacks`` (graphs run eagerly) come from ``inductor_lite.counters`` during
     the cold compile and are empty for other backends.
     """
@@ -132,8 +153,12 @@ class Result:
     status: str
     accuracy: str = ""
     speedup: float | None = None
+    speedup_q1: float | None = None
+    speedup_q3: float | None = None
     eager_ms: float | None = None
+    eager_iqr_ms: float | None = None
     compiled_ms: float | None = None
+    compiled_iqr_ms: float | None = None
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
     eager_peak_mib: float | None = None
@@ -142,6 +167,7 @@ class Result:
     kernels: int | None = None
     fallbacks: int | None = None
     graph_fallbacks: int | None = None
+    compile_mode: str = "default"
     note: str = ""
 
 
@@ -217,39 +243,6 @@ def time_first_call(fn: Callable[[], Any], device: torch.device) -> tuple[Any, f
     out = fn()
     _synchronize(device)
     return out, time.perf_counter() - start
-
-
-def time_call(fn: Callable[[], Any], device: torch.device) -> float:
-    """Seconds one call of ``fn`` takes: CUDA events on a CUDA device, else ``perf_counter``."""
-    if device.type != "cuda":
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize(device)
-    begin.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / 1e3
-
-
-def time_interleaved(
-    fns: list[Callable[[], Any]], device: torch.device, warmup: int, repeat: int
-) -> list[float]:
-    """Median seconds per call of each function, calls interleaved round-robin.
-
-    Each function first runs ``warmup`` untimed times, then ``repeat`` timed rounds call
-    every function once in turn, so frequency scaling and load changes affect all alike.
-    """
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, samples in zip(fns, times):
-            samples.append(time_call(fn, device))
-    return [statistics.median(samples) for samples in times]
 
 
 def peak_memory_bytes(fn: Callable[[], Any], device: torch.device) -> int | None:
@@ -359,16 +352,19 @@ def _detached_cpu(tree: Any) -> Any:
     return tree
 
 
-class _Workload:
+class Workload:
     """A model prepared for one `Settings`: the eager module, its inputs and the references.
+
+    Building it runs one eager iteration, so a model that fails eagerly raises here.
 
     Attributes:
         eager: the uncompiled module (dtype-cast, on the device; wrapped with the loss in training).
         inputs: positional inputs of ``eager`` (the target last in training).
-        fp64_ref, eager_ref: results of one iteration in fp64 and in the benchmark dtype, on the CPU.
+        fp64_ref, eager_ref: results of one iteration in fp64 and in the benchmark dtype,
+            on the CPU; ``None`` with ``references=False`` (timing alone needs none).
     """
 
-    def __init__(self, spec: ModelSpec, settings: Settings):
+    def __init__(self, spec: ModelSpec, settings: Settings, references: bool = True):
         self.settings = settings
         self.device = torch.device(settings.device)
         self.autocast_dtype = torch.bfloat16 if settings.dtype == "amp" else None
@@ -377,14 +373,21 @@ class _Workload:
         self.batch_size = batch.target.shape[0]
         inputs = batch.args + ((batch.target,) if settings.training else ())
 
-        reference = self._prepare(copy.deepcopy(model), torch.float64)
-        self.fp64_ref = self.results(reference, self._iterate(reference, _cast_floats(inputs, torch.float64), None))
-        del reference
+        self.fp64_ref = self.eager_ref = None
+        if references:
+            reference = self._prepare(copy.deepcopy(model), torch.float64)
+            self.fp64_ref = self.results(
+                reference, self._iterate(reference, _cast_floats(inputs, torch.float64), None)
+            )
+            del reference
 
         dtype = _TORCH_DTYPES[settings.dtype]
         self.eager = self._prepare(model, dtype)
         self.inputs = _cast_floats(inputs, dtype)
-        self.eager_ref = self.results(self.eager, self.run(self.eager))
+        out = self.run(self.eager)
+        if references:
+            self.eager_ref = self.results(self.eager, out)
+        del out
         self.drop_grads(self.eager)
 
     def _prepare(self, model: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -409,6 +412,21 @@ class _Workload:
         """One iteration of ``module`` (eager or compiled) on the benchmark inputs."""
         return self._iterate(module, self.inputs, self.autocast_dtype)
 
+    def iteration(self, compiled: nn.Module, compile_mode: str) -> Callable[[], None]:
+        """A timed iteration of a module compiled with ``compile_mode``, result dropped.
+
+        Under the CUDA-graph modes it first marks a new step, so the compiler knows the
+        previous iteration's outputs are no longer used.
+        """
+        mark_step = uses_cudagraphs(compile_mode)
+
+        def iterate() -> None:
+            if mark_step:
+                torch.compiler.cudagraph_mark_step_begin()
+            self.run(compiled)
+
+        return iterate
+
     def results(self, module: nn.Module, out: Any) -> Any:
         """What accuracy compares, on the CPU: the output, or the loss and every gradient.
 
@@ -427,7 +445,7 @@ class _Workload:
             module.zero_grad(set_to_none=True)
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
     """``Type: first paragraph of the message`` on one line, at most 300 characters.
 
     The first paragraph keeps the cause that TorchDynamo's wrappers put on their second
@@ -443,7 +461,13 @@ def _mib(n_bytes: int | None) -> float | None:
     return None if n_bytes is None else n_bytes / _MIB
 
 
-def _compile_and_run(work: _Workload, backend: str) -> tuple[nn.Module, nn.Module, Any, float]:
+def compile_module(module: nn.Module, backend: str, compile_mode: str = "default") -> nn.Module:
+    """``torch.compile(module, backend=backend, mode=compile_mode)``; the default mode
+    passes no ``mode``, so backends that take none are compiled as they always were."""
+    return torch.compile(module, backend=backend, mode=None if compile_mode == "default" else compile_mode)
+
+
+def _compile_and_run(work: Workload, backend: str) -> tuple[nn.Module, nn.Module, Any, float]:
     """Compile a fresh copy of the eager module and run its first iteration.
 
     Returns:
@@ -452,7 +476,7 @@ def _compile_and_run(work: _Workload, backend: str) -> tuple[nn.Module, nn.Modul
         including compilation.
     """
     module = copy.deepcopy(work.eager)
-    compiled = torch.compile(module, backend=backend)
+    compiled = compile_module(module, backend, work.settings.compile_mode)
     out, seconds = time_first_call(lambda: work.run(compiled), work.device)
     return module, compiled, out, seconds
 
@@ -466,7 +490,7 @@ def _record_lite_counters(row: Result) -> None:
         row.note = f"{row.graph_fallbacks} graph(s) ran eagerly"
 
 
-def _measure_backend(work: _Workload, backend: str, row: Result) -> None:
+def _measure_backend(work: Workload, backend: str, row: Result) -> None:
     """Fill ``row`` with every measurement of ``backend``; raises whatever the backend raises."""
     settings, device = work.settings, work.device
     with fresh_disk_cache(backend):
@@ -493,8 +517,7 @@ def _measure_backend(work: _Workload, backend: str, row: Result) -> None:
         def eager_iteration() -> None:
             work.run(work.eager)
 
-        def compiled_iteration() -> None:
-            work.run(compiled)
+        compiled_iteration = work.iteration(compiled, settings.compile_mode)
 
         work.drop_grads(work.eager, module)
         eager_peak = peak_memory_bytes(eager_iteration, device)
@@ -504,17 +527,20 @@ def _measure_backend(work: _Workload, backend: str, row: Result) -> None:
             row.eager_peak_mib, row.compiled_peak_mib = _mib(eager_peak), _mib(compiled_peak)
             row.memory_ratio = eager_peak / compiled_peak
 
-        eager_s, compiled_s = time_interleaved(
+        eager, compiled_times = time_contenders(
             [eager_iteration, compiled_iteration], device, settings.warmup, settings.repeat
         )
-        row.eager_ms, row.compiled_ms = eager_s * 1e3, compiled_s * 1e3
-        row.speedup = eager_s / compiled_s
+        eager_s = eager.median_s
+        row.eager_ms, row.eager_iqr_ms = eager_s * 1e3, eager.iqr_s * 1e3
+        row.compiled_ms, row.compiled_iqr_ms = compiled_times.median_s * 1e3, compiled_times.iqr_s * 1e3
+        row.speedup, row.speedup_q1, row.speedup_q3 = eager.ratio_to(compiled_times)
         # As the dynamo benchmarks do: the first call's time less one eager iteration.
         row.compile_cold_s, row.compile_warm_s = cold_first_s - eager_s, warm_first_s - eager_s
         row.status = STATUS_OK
 
 
-def _cleanup(device: torch.device) -> None:
+def cleanup(device: torch.device) -> None:
+    """Drop compiled code and free what the last model left (between models and backends)."""
     torch._dynamo.reset()
     gc.collect()
     if device.type == "cuda":
@@ -537,7 +563,8 @@ def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> I
             batch_size = settings.batch_size or (spec.tiny_batch_size if settings.tiny else spec.batch_size)
         return Result(
             model=spec.name, suite=spec.suite, backend=backend, mode=settings.mode, dtype=settings.dtype,
-            device=settings.device, batch_size=batch_size, status=status, note=note,
+            device=settings.device, batch_size=batch_size, status=status, compile_mode=settings.compile_mode,
+            note=note,
         )
 
     reason = spec.unavailable_reason()
@@ -546,13 +573,13 @@ def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> I
             yield row(backend, STATUS_SKIPPED, reason)
         return
     try:
-        work = _Workload(spec, settings)
+        work = Workload(spec, settings)
     except Exception as error:  # noqa: BLE001 - any eager failure is reported, not raised
         log.debug("%s: eager run failed", spec.name, exc_info=True)
         status = STATUS_OOM if isinstance(error, torch.cuda.OutOfMemoryError) else STATUS_EAGER_FAILED
-        _cleanup(device)
+        cleanup(device)
         for backend in backends:
-            yield row(backend, status, _describe(error))
+            yield row(backend, status, describe_error(error))
         return
     for backend in backends:
         result = row(backend, STATUS_FAILED, batch_size=work.batch_size)
@@ -561,10 +588,10 @@ def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> I
         except Exception as error:  # noqa: BLE001 - one backend's failure must not stop the run
             log.debug("%s on %s failed", spec.name, backend, exc_info=True)
             result.status = STATUS_OOM if isinstance(error, torch.cuda.OutOfMemoryError) else STATUS_FAILED
-            result.note = "; ".join(filter(None, [result.note, _describe(error)]))
+            result.note = "; ".join(filter(None, [result.note, describe_error(error)]))
         finally:
-            _cleanup(device)
+            cleanup(device)
         yield result
     del work
-    _cleanup(device)
+    cleanup(device)
 

@@ -1,4 +1,5 @@
-"""Reporting benchmark results: summary table, geomean speedups, CSV/JSON, bar chart.
+"""Reporting benchmark results: summary table, geomean speedups, CSV/JSON, bar chart,
+and the profile view (`print_profiles`).
 
 The table needs ``rich`` and the chart ``matplotlib``, both from the ``bench`` extra
 (``pip install inductor_lite[bench]``); they are imported only when used.
@@ -15,6 +16,7 @@ import os
 from typing import Any
 
 from .measure import ACCURACY_PASS, STATUS_OK, Result
+from .profile import CATEGORIES, ProfileRow
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(Result))
 """CSV columns, in order: the fields of `Result`."""
@@ -144,22 +146,43 @@ def _pair(a: float | None, b: float | None, spec: str) -> str:
     return "-" if a is None and b is None else f"{_fmt(a, spec)} / {_fmt(b, spec)}"
 
 
+def _with_iqr(median: float | None, iqr: float | None, spec: str) -> str:
+    """``median (IQR)``."""
+    return "-" if median is None else f"{median:{spec}} ({_fmt(iqr, spec)})"
+
+
+def _with_quartiles(median: float | None, q1: float | None, q3: float | None, spec: str) -> str:
+    """``median [q1, q3]``."""
+    return "-" if median is None else f"{median:{spec}} [{_fmt(q1, spec)}, {_fmt(q3, spec)}]"
+
+
+def _console(console: Any) -> Any:
+    """``console``, or a rich console on stdout: 200 columns wide without a terminal (a
+    pipe or a file) instead of rich's default 80, so that no column is cut."""
+    if console is not None:
+        return console
+    rich_console = require("rich.console")
+    console = rich_console.Console()
+    return console if console.is_terminal else rich_console.Console(width=200)
+
+
+def _title(base: str, compile_modes: set[str]) -> str:
+    modes = sorted(compile_modes - {"default"})
+    return f"{base} (compile mode {', '.join(modes)})" if modes else base
+
+
 def print_summary(rows: list[Result], console: Any = None) -> None:
     """Print the results table and the geomean speedups with rich (to stdout by default).
 
-    Without a terminal (a pipe or a file) the table is laid out 200 columns wide
-    instead of rich's default 80, so that no column is cut.
+    Each time shows its spread: the speedup with the quartiles of its per-round ratios,
+    the iteration times with their interquartile range.
     """
-    rich_console = require("rich.console")
     rich_table = require("rich.table")
     escape = require("rich.markup").escape
-    if console is None:
-        console = rich_console.Console()
-        if not console.is_terminal:
-            console = rich_console.Console(width=200)
-    table = rich_table.Table(title="inductor_lite.bench")
+    console = _console(console)
+    table = rich_table.Table(title=_title("inductor_lite.bench", {r.compile_mode for r in rows}))
     headers = (
-        "model", "backend", "status", "accuracy", "speedup", "eager ms", "compiled ms",
+        "model", "backend", "status", "accuracy", "speedup [q1, q3]", "eager ms (IQR)", "compiled ms (IQR)",
         "compile s cold / warm", "mem ratio", "kernels / externs", "note",
     )
     text_columns = ("model", "backend", "status", "accuracy", "note")
@@ -171,7 +194,8 @@ def print_summary(rows: list[Result], console: Any = None) -> None:
         table.add_row(
             r.model, r.backend, f"[{status_style}]{r.status}[/]" if status_style else r.status,
             f"[{accuracy_style}]{r.accuracy}[/]" if r.accuracy else "-",
-            _fmt(r.speedup, ".2f"), _fmt(r.eager_ms, ".3f"), _fmt(r.compiled_ms, ".3f"),
+            _with_quartiles(r.speedup, r.speedup_q1, r.speedup_q3, ".2f"),
+            _with_iqr(r.eager_ms, r.eager_iqr_ms, ".3f"), _with_iqr(r.compiled_ms, r.compiled_iqr_ms, ".3f"),
             _pair(r.compile_cold_s, r.compile_warm_s, ".2f"), _fmt(r.memory_ratio, ".2f"),
             _pair(r.kernels, r.fallbacks, "d"), escape(r.note),
         )
@@ -220,3 +244,47 @@ def plot_speedups(rows: list[Result], path: str, title: str = "speedup over eage
         ax.text(0.5, 0.5, "no speedups measured", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, format="png")
+
+
+def short_kernel_name(name: str, width: int = 80) -> str:
+    """A kernel name for a table: without a leading ``void``, cut to ``width`` characters."""
+    name = name.removeprefix("void ")
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def print_profiles(rows: list[ProfileRow], console: Any = None) -> None:
+    """Print the profile view with rich (to stdout by default): one line per model and
+    backend (wall, host and GPU busy ms per call, GPU time by kernel category, kernels
+    per call, ``wall - busy``), then each row's top kernels by time."""
+    rich_table = require("rich.table")
+    escape = require("rich.markup").escape
+    console = _console(console)
+    table = rich_table.Table(title=_title("inductor_lite.bench --profile (ms per call)", {r.compile_mode for r in rows}))
+    headers = ("model", "backend", "status", "wall (IQR)", "host", "GPU busy", *CATEGORIES, "kernels",
+               "wall - busy", "note")
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("model", "backend", "status", "note") else "right",
+                         overflow="fold")
+    for r in rows:
+        d = r.device
+        categories = [_fmt(d.category_ms[c], ".3f") if d else "-" for c in CATEGORIES]
+        table.add_row(
+            r.model, r.backend, r.status, _with_iqr(r.wall_ms, r.wall_iqr_ms, ".3f"), _fmt(r.host_ms, ".3f"),
+            _fmt(d.busy_ms if d else None, ".3f"), *categories, _fmt(d.kernels_per_call if d else None, ".0f"),
+            _fmt(r.exposed_host_ms, ".3f"), escape(r.note),
+        )
+    console.print(table)
+
+    top = rich_table.Table(title="top kernels by GPU time (ms per call)")
+    for header in ("model", "backend", "kernel", "category", "ms", "% busy", "launches"):
+        top.add_column(header, justify="right" if header in ("ms", "% busy", "launches") else "left",
+                       overflow="fold")
+    for r in rows:
+        if not r.device:
+            continue
+        for k in r.device.top:
+            share = 100 * k.ms_per_call / r.device.busy_ms if r.device.busy_ms else None
+            top.add_row(r.model, r.backend, escape(short_kernel_name(k.name)), k.category,
+                        f"{k.ms_per_call:.3f}", _fmt(share, ".1f"), f"{k.launches_per_call:g}")
+    if top.row_count:
+        console.print(top)
