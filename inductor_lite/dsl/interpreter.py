@@ -57,7 +57,17 @@ _UNARY = {
     "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
     "isnan": torch.isnan, "isinf": torch.isinf,
 }
-_BINARY_MATH = {"pow": torch.pow, "atan2": torch.atan2, "fmod": torch.fmod, "fast_dividef": torch.div}
+def _float_fmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C ``fmod`` (exact, as libdevice's). torch's vectorized float32 CPU fmod is not: it
+    gives NaN or wrong values once ``|a / b|`` is huge (``fmod(1e30, 1e-30)``). Evaluated
+    in float64 instead, which holds every narrower float's quotient, the exact result
+    rounds back unchanged."""
+    if a.dtype == torch.float64:
+        return torch.fmod(a, b)
+    return torch.fmod(a.double(), b.double()).to(a.dtype)
+
+
+_BINARY_MATH = {"pow": torch.pow, "atan2": torch.atan2, "fmod": _float_fmod, "fast_dividef": torch.div}
 _SIMPLE_BINARY = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
     "and": torch.bitwise_and, "or": torch.bitwise_or, "xor": torch.bitwise_xor,
@@ -329,7 +339,7 @@ class _Interpreter:
         elif kind == "floordiv":
             self._set(op, _int_div(a, b))
         elif kind == "mod":
-            self._set(op, torch.fmod(a, b) if a.dtype.is_floating_point else _int_mod(a, b))
+            self._set(op, _float_fmod(a, b) if a.dtype.is_floating_point else _int_mod(a, b))
         else:
             self._set(op, _SIMPLE_BINARY[kind](a, b))
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+import torch
+
 from . import ir
 from .ir import BlockType, DType, float32, float64, int1, int32, int64
 
@@ -144,9 +146,13 @@ def default_dtype(value: Any) -> DType:
 
 
 def _convert_literal(value: Any, dtype: DType):
-    """``value`` as the Python number a ``constant`` op of ``dtype`` holds."""
+    """``value`` as the Python number a ``constant`` op of ``dtype`` holds: floats are
+    rounded to ``dtype`` as a cast rounds (nearest even; out of range gives +-inf, as
+    torch turns ``x * 1e39`` into ``x * inf`` for float32 ``x``)."""
     if dtype.is_floating:
-        return float(value)
+        if dtype == float64:
+            return float(value)
+        return torch.tensor(float(value), dtype=torch.float64).to(getattr(torch, dtype.name)).item()
     if dtype == int1:
         return bool(value)
     if isinstance(value, float):

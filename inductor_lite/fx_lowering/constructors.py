@@ -91,11 +91,17 @@ def _lower_fill(ctx, x, value):
 
 @register_lowering(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def _lower_arange(ctx, *args, **kwargs):
-    numbers = [a for a in args]
-    start, step = (0, 1) if len(numbers) == 1 else (numbers[0], numbers[2] if len(numbers) > 2 else 1)
+    # the length comes from the node's meta['val']; only start and step matter here
+    start, step = (0, 1) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else 1)
     if any(isinstance(v, sympy.Expr) and not v.is_integer for v in (start, step)):
         raise NoLowering("symbolic float arange")
     dtype = ctx.out_dtype
+    if dtype == torch.bool:
+        raise NoLowering("arange of bool (eager has no kernel for it and raises)")
+    # eager takes bools as ints, and converts start and step to an integer dtype first
+    # (truncating: arange(0.5, 7.5, 1.5, dtype=int64) is 0, 1, ..., 6)
+    start, step = (int(v) if isinstance(v, bool) or (isinstance(v, float) and not dtype.is_floating_point)
+                   else v for v in (start, step))
 
     def inner_fn(index):
         if not dtype.is_floating_point:

@@ -7,7 +7,11 @@ Running the graph with `GraphLowering.run` evaluates each node symbolically:
   their sympy expression from ``meta['val']``;
 - aten ops with a lowering (`lowerings.LOWERINGS`) become lazy `Pointwise` nodes or
   views; every other op (and a lowering raising `NoLowering`) becomes an
-  `ExternKernel` on realized inputs, counted per op;
+  `ExternKernel` on realized inputs, counted per op; so does an op with a lowering
+  when a tensor it reads or returns has a dtype the DSL lacks (complex, float8, ...);
+- ``higher_order.with_effects`` (AOTAutograd's ordering token around side-effecting
+  ops such as ``aten._linalg_check_errors``) becomes an extern call of the wrapped op;
+- an op with a lowering whose output has no elements becomes an allocation only;
 - a lazy value is realized into a `ComputedBuffer` when it has several users, grows
   too large to inline, feeds an extern, or is a graph output. Realized layouts use
   the strides of the node's ``meta['val']`` when those are dense (so graph outputs
@@ -28,6 +32,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
+from ..codegen.kernel import DSL_DTYPES
 from ..logs import log_artifact
 from ..ir.indexing import Expr, as_expr, known_equal
 from ..ir.nodes import (
@@ -202,6 +207,8 @@ class GraphLowering(torch.fx.Interpreter):
             return expr
         if isinstance(val, (bool, int, float)) and not isinstance(target, torch._ops.OpOverload):
             return val
+        if target is torch.ops.higher_order.with_effects:
+            return self._with_effects(*args, **kwargs)
         if not isinstance(target, torch._ops.OpOverload):
             raise NotImplementedError(f"call target {target!r} is not an aten op")
         if target._schema.is_mutable:
@@ -209,7 +216,12 @@ class GraphLowering(torch.fx.Interpreter):
         if val is None and target._schema.returns:
             raise NotImplementedError(f"node {node.name} has no meta['val']")
         lowering = LOWERINGS.get(target)
-        if lowering is not None:
+        dtype = _dtype_without_kernels(args, kwargs, val)
+        if lowering is not None and dtype is not None:
+            out = self.make_extern(target, args, kwargs, reason=f"{dtype} has no DSL type")
+        elif lowering is not None and isinstance(val, torch.Tensor) and as_expr(val.numel()) == 0:
+            out = self._empty(val)
+        elif lowering is not None:
             try:
                 out = lowering(LoweringContext(node, self), *args, **kwargs)
             except NoLowering as reason:
@@ -309,13 +321,34 @@ class GraphLowering(torch.fx.Interpreter):
 
     # ------------------------------------------------------------------ externs
 
+    def _empty(self, val: torch.Tensor) -> ExternKernel:
+        """The output of a node that has no elements: only allocated (an ``empty_strided``
+        call), so no later stage sees a kernel over zero elements. Not counted as a fallback."""
+        layout = _layout_of(val)
+        return self.register_buffer(ExternKernel(
+            self.new_name(), layout, torch.ops.aten.empty_strided.default, [layout.size, layout.stride],
+            {"dtype": val.dtype, "device": val.device}, {self.current_node.name: "empty"},
+        ))
+
     def make_extern(self, target, args, kwargs, reason: str = "no lowering") -> Any:
         """An `ExternKernel` calling ``target`` on realized inputs."""
+        return self._extern(target, args, kwargs, reason, self.current_node.meta.get("val"))
+
+    def _with_effects(self, token: IRNode, op: torch._ops.OpOverload, *args, **kwargs) -> tuple:
+        """``higher_order.with_effects(token, op, *args)``: AOTAutograd threads a token
+        through side-effecting ops (``aten._linalg_check_errors`` in ``linalg.inv``) to keep
+        them in order. The wrapper runs externs in graph order and never drops them, so
+        ``op`` becomes a plain extern call and the token passes through unchanged."""
+        outputs = self.current_node.meta["val"][1:]
+        val = outputs[0] if len(outputs) == 1 else list(outputs)
+        result = self._extern(op, args, kwargs, "side effect (with_effects)", val)
+        return (token, result) if len(outputs) == 1 else (token, *result)
+
+    def _extern(self, target, args, kwargs, reason: str, val: Any) -> Any:
         node = self.current_node
         args, kwargs = pytree.tree_map(
             lambda a: self.realize_input(a) if isinstance(a, IRNode) else a, (list(args), dict(kwargs))
         )
-        val = node.meta.get("val")
         origins = {node.name: op_short_name(target)}
         self.extern_ops.append(str(target))
         log_artifact("fallbacks", f"extern {target} for {node.name} ({reason})")
@@ -350,6 +383,14 @@ class GraphLowering(torch.fx.Interpreter):
 
     def extern_counts(self) -> collections.Counter:
         return collections.Counter(self.extern_ops)
+
+
+def _dtype_without_kernels(args, kwargs, val: Any) -> Optional[torch.dtype]:
+    """The first dtype among a node's tensor inputs and outputs that generated kernels
+    cannot compute (complex, float8, uint16..: not in `DSL_DTYPES`), or None."""
+    dtypes = [a.get_dtype() for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, IRNode)]
+    dtypes += [v.dtype for v in pytree.tree_leaves(val) if isinstance(v, torch.Tensor)]
+    return next((d for d in dtypes if d not in DSL_DTYPES), None)
 
 
 def _hint(val: Any) -> Optional[StridedInfo]:

@@ -16,7 +16,7 @@ converted to the output dtype of the node's ``meta['val']``. View ops build
 arguments raises `NoLowering` to get the same treatment.
 
 The lowerings themselves live in one module per op family (`pointwise`,
-`constructors`, `views`, `data_movement`, `reductions`); the package's
+`constructors`, `views`, `data_movement`, `indexing_ops`, `reductions`); the package's
 ``__init__`` imports them all, so `LOWERINGS` is complete whichever module is
 imported first.
 """

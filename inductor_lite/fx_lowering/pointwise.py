@@ -51,18 +51,57 @@ def _lower_rsub(ctx, a, b, alpha=1):
 register_pointwise([aten.mul.Tensor, aten.mul.Scalar], _mul)
 
 
+def _signs_differ(dt, mod, y):
+    """``mod != 0`` and its sign differs from the divisor's: floor semantics need a fix-up."""
+    zero = const(0, dt)
+    return ops.logical_and(ops.ne(mod, zero), ops.ne(ops.lt(mod, zero), ops.lt(y, zero)))
+
+
+def _floordiv(dt, x, y):
+    """``x // y`` as torch computes it. Floats follow ``c10::div_floor_floating``
+    (c10/util/generic_math.h, after CPython's float floor division): ``(x - fmod(x, y)) / y``,
+    one less where the remainder's sign differs from ``y``'s, then rounded to the
+    nearest integer. ``floor(x / y)`` differs: ``1.0 // 0.1`` is 9, not 10, and
+    ``inf // 1`` is NaN, not inf."""
+    if not dt.is_floating_point:
+        return ops.floordiv(x, y)
+    zero, one = const(0, dt), const(1, dt)
+    mod = ops.fmod(x, y)
+    div = ops.truediv(ops.sub(x, mod), y)
+    div = ops.where(_signs_differ(dt, mod, y), ops.sub(div, one), div)
+    floor = ops.floor(div)
+    rounded = ops.where(ops.gt(ops.sub(div, floor), const(0.5, dt)), ops.add(floor, one), floor)
+    quotient = ops.truediv(x, y)
+    # a zero quotient takes the sign of x / y, finite there: 0 * (x / y) is copysign(0, x / y)
+    result = ops.where(ops.ne(div, zero), rounded, ops.mul(zero, quotient))
+    return ops.where(ops.eq(y, zero), quotient, result)
+
+
+def _truncdiv(out_dtype: torch.dtype):
+    """``div(rounding_mode="trunc")`` with a ``out_dtype`` result. torch rounds a fp16/bf16
+    quotient to that dtype before truncating (``c10::Half``'s ``/`` returns a Half), so
+    ``1.1 / 0.1`` in fp16 is 11, not 10; it is computed here in fp32, then rounded so too."""
+
+    def fn(dt, x, y):
+        if dt == out_dtype or not dt.is_floating_point:
+            return ops.truncdiv(x, y)
+        return ops.trunc(ops.to_dtype(ops.to_dtype(ops.truediv(x, y), out_dtype), dt))
+
+    return fn
+
+
 @register_lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _lower_div(ctx, a, b, rounding_mode=None):
     if rounding_mode is None:
         return make_pointwise(ctx, [a, b], lambda dt, x, y: ops.truediv(x, y), Kind.INT_TO_FLOAT)
     if rounding_mode == "trunc":
-        return make_pointwise(ctx, [a, b], lambda dt, x, y: ops.truncdiv(x, y))
+        return make_pointwise(ctx, [a, b], _truncdiv(ctx.out_dtype))
     if rounding_mode == "floor":
-        return make_pointwise(ctx, [a, b], lambda dt, x, y: ops.floordiv(x, y))
+        return make_pointwise(ctx, [a, b], _floordiv)
     raise ValueError(f"div: unknown rounding_mode {rounding_mode!r}; expected None, 'trunc' or 'floor'")
 
 
-register_pointwise([aten.floor_divide.default, aten.floor_divide.Scalar], lambda dt, x, y: ops.floordiv(x, y))
+register_pointwise([aten.floor_divide.default, aten.floor_divide.Scalar], _floordiv)
 register_pointwise([aten.remainder.Tensor, aten.remainder.Scalar], lambda dt, x, y: ops.remainder(x, y))
 register_pointwise([aten.fmod.Tensor, aten.fmod.Scalar], lambda dt, x, y: ops.fmod(x, y))
 register_pointwise([aten.atan2], lambda dt, x, y: ops.atan2(x, y), Kind.INT_TO_FLOAT)
@@ -107,16 +146,17 @@ for _name in ("floor", "ceil", "trunc", "round"):
 
 
 def _sign(dt, x):
+    """``(x > 0) - (x < 0)``, as torch's CPU and CUDA kernels compute it: NaN gives 0."""
     if _is_bool(dt):
         return x
     zero = const(0, dt)
     pos = ops.to_dtype(ops.gt(x, zero), dt)
     neg = ops.to_dtype(ops.lt(x, zero), dt)
-    result = ops.sub(pos, neg)
-    return ops.where(ops.isnan(x), x, result) if dt.is_floating_point else result
+    return ops.sub(pos, neg)
 
 
-register_pointwise([aten.sign], _sign)
+# sgn is sign on real dtypes; complex ones never reach lowerings (graph.py makes them externs)
+register_pointwise([aten.sign, aten.sgn], _sign)
 
 
 def _relu(dt, x):

@@ -81,7 +81,11 @@ def flat_to_vars(flat: sympy.Symbol, ranges: Sequence[Expr]) -> list[Expr]:
     """Express each row-major loop variable over ``ranges`` in terms of the flat index.
 
     ``ranges=[A, B, C]`` gives ``[flat // (B*C), (flat // C) % B, flat % C]``.
+    When a range is 0 there is no element to address, so every variable is 0 (dividing
+    by the zero strides would raise).
     """
+    if any(as_expr(size) == 0 for size in ranges):
+        return [sympy.Integer(0)] * len(ranges)
     out: list[Expr] = []
     strides = contiguous_strides(ranges)
     for i, (size, stride) in enumerate(zip(ranges, strides)):

@@ -458,6 +458,10 @@ class TextHandler(OpsHandler):
         self.lines.extend(f"    {line}" for line in inner.lines)
         return self._emit(f"masked({mask}, {result}, {other!r})")
 
+    def indirect_indexing(self, x, size, check=True, wrap_neg=True):
+        text = f"indirect_indexing({x}, {size}, check={check}, wrap_neg={wrap_neg})"
+        return sympy.Symbol(self._emit(text), integer=True)
+
     def default(self, name: str, *args):
         def fmt(a):
             if isinstance(a, torch.dtype):

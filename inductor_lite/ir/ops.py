@@ -15,6 +15,13 @@ Vocabulary (all handlers implement these):
   buffer ``name``.
 - ``constant(value, dtype)``; ``index_expr(expr, dtype)``: a sympy expression over
   loop variables and size symbols, as a value.
+- ``indirect_indexing(x, size, check=True, wrap_neg=True)``: the integer value ``x``
+  (an index into a dimension of ``size`` read from a tensor: gather, embedding,
+  advanced indexing) as a sympy symbol that ``load`` indices may use. With
+  ``wrap_neg``, negative values count from the end (advanced indexing; gather and
+  embedding do not wrap). With ``check``, a load through an index left outside
+  ``[0, size)`` never touches memory: its lanes read 0. Lowerings pass
+  ``check=False`` only for values they computed in range themselves.
 - ``to_dtype(x, dtype)``; ``where(cond, a, b)``;
   ``masked(mask, body, other)``: ``body()`` where ``mask`` holds (loads inside it
   are masked), ``other`` elsewhere.
@@ -27,8 +34,11 @@ Vocabulary (all handlers implement these):
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from typing import Any, Callable, Iterator
+
+import sympy
 
 UNARY_OPS = (
     "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt",
@@ -41,7 +51,7 @@ BINARY_OPS = (
     "bitwise_and", "bitwise_or", "bitwise_xor",
 )
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
-SPECIAL_OPS = ("load", "constant", "index_expr", "to_dtype", "where", "masked")
+SPECIAL_OPS = ("load", "constant", "index_expr", "indirect_indexing", "to_dtype", "where", "masked")
 ALL_OPS = SPECIAL_OPS + UNARY_OPS + BINARY_OPS + COMPARE_OPS
 
 
@@ -49,11 +59,15 @@ class OpsHandler:
     """Base class of ops handlers: every name in `ALL_OPS` must be overridden.
 
     Subclasses that treat all ops alike may override `default` instead, which
-    receives the op name and its arguments.
+    receives the op name and its arguments. `indirect_indexing` has a default: a
+    fresh symbol, enough for handlers that only record accesses.
     """
 
     def default(self, name: str, *args: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement ops.{name}")
+
+    def indirect_indexing(self, x: Any, size: Any, check: bool = True, wrap_neg: bool = True) -> sympy.Symbol:
+        return sympy.Symbol(f"indirect{next(_indirect_ids)}", integer=True)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name not in ALL_OPS:
@@ -61,6 +75,7 @@ class OpsHandler:
         return lambda *args: self.default(name, *args)
 
 
+_indirect_ids = itertools.count()
 _state = threading.local()
 
 

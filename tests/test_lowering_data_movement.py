@@ -1,0 +1,178 @@
+"""Gather-style indexing and data movement through the backend, against eager.
+
+Each op runs on fresh random inputs (fp32, bf16 and int64: these ops only move
+data, so results must be exact) and must no longer be an extern call. Every test runs
+on CPU (the DSL interpreter) and, marked `gpu`, on CUDA.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import inductor_lite
+from inductor_lite.config import config
+
+DTYPES = [torch.float32, torch.bfloat16, torch.int64]
+
+
+@pytest.fixture(autouse=True, params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    with torch.device(request.param):
+        yield request.param
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    with config.patch(fallback_on_error=False):
+        yield
+    torch._dynamo.reset()
+
+
+def rand(*size, dtype=torch.float32):
+    if dtype.is_floating_point:
+        return torch.randn(size).to(dtype)
+    return torch.randint(-1000, 1000, size, dtype=dtype)
+
+
+def check(fn, *args, externs=(), dynamic=False):
+    """``fn`` compiled gives eager's result exactly, with one kernel or more and no
+    extern call but ``externs``."""
+    got = torch.compile(fn, backend="inductor_lite", dynamic=dynamic)(*args)
+    expected = fn(*args)
+    for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    counters = inductor_lite.counters
+    called = sorted(k for k in counters if k.startswith("extern.") and k not in externs)
+    assert not called, called
+    assert counters["kernels_generated"] >= 1 and counters["graphs_fallback"] == 0
+
+
+# ---------------------------------------------------------------------------- gather-style
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather(dtype):
+    x = rand(5, 7, dtype=dtype)
+    check(lambda x, i, j: (torch.gather(x, 1, i), torch.gather(x, 0, j)), x, torch.randint(0, 7, (5, 3)),
+          torch.randint(0, 5, (2, 7)))
+
+
+def test_gather_fuses_with_its_consumer_and_producer():
+    x, i = torch.randn(6, 9), torch.randint(0, 9, (6, 4))
+    check(lambda x, i: torch.gather(x.exp(), -1, i + 0) * 2, x, i)
+    assert inductor_lite.counters["kernels_generated"] == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_select(dtype):
+    x = rand(4, 6, 3, dtype=dtype)
+    check(lambda x, i, j: (torch.index_select(x, 1, i), torch.index_select(x, 0, j)), x, torch.randint(0, 6, (8,)),
+          torch.randint(0, 4, (2,), dtype=torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_embedding(dtype):
+    weight = rand(11, 8, dtype=dtype)
+    check(lambda w, i, j: (F.embedding(i, w), F.embedding(j, w, padding_idx=0) + 1), weight,
+          torch.randint(0, 11, (3, 5)), torch.randint(0, 11, (7,)))
+
+
+def test_embedding_backward_of_a_model():
+    emb = torch.nn.Embedding(10, 4)
+    i = torch.randint(0, 10, (3, 6))
+    out = torch.compile(lambda i: emb(i).sum(), backend="inductor_lite")(i)
+    out.backward()
+    expected_grad = emb.weight.grad.clone()
+    emb.weight.grad = None
+    emb(i).sum().backward()
+    torch.testing.assert_close(expected_grad, emb.weight.grad)
+    assert "extern.aten.embedding.default" not in inductor_lite.counters
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_advanced_indexing(dtype):
+    x = rand(5, 4, 6, dtype=dtype)
+    i, j = torch.randint(-5, 5, (3,)), torch.randint(-6, 6, (2, 1))
+    check(lambda x, i, j: (
+        x[i],  # negative indices count from the end
+        x[i, :, j],  # not adjacent: the index shape comes first
+        x[:, j.clamp(-4, 3)],  # adjacent, after a kept dimension
+        x[:, i.clamp(-4, 3), j],
+    ), x, i, j)
+
+
+def test_take_along_dim():
+    x = torch.randn(4, 6)
+    check(lambda x, i, j: (torch.take_along_dim(x, i, 1), torch.take_along_dim(x, j, 0)), x,
+          torch.randint(0, 6, (4, 3)), torch.randint(0, 4, (1, 6)))
+
+
+def test_cross_entropy_forward_has_no_extern():
+    x, target = torch.randn(8, 10), torch.randint(0, 10, (8,))
+    loss = torch.compile(F.cross_entropy, backend="inductor_lite")(x, target)
+    torch.testing.assert_close(loss, F.cross_entropy(x, target))
+    assert not [k for k in inductor_lite.counters if k.startswith("extern.")]
+
+
+def test_cross_entropy_backward():
+    # the backward scatters -1 at the targets: an indexed write, still an extern
+    x, target = torch.randn(8, 10, requires_grad=True), torch.randint(0, 10, (8,))
+    (grad,) = torch.autograd.grad(torch.compile(F.cross_entropy, backend="inductor_lite")(x, target), x)
+    (expected,) = torch.autograd.grad(F.cross_entropy(x, target), x)
+    torch.testing.assert_close(grad, expected)
+
+
+def test_out_of_range_index_reads_nothing_outside_the_tensor():
+    x = torch.randn(3, 4)
+    index = torch.tensor([[0, 4], [1, 2], [-1, 3]])  # 4 and -1 are out of range
+    got = torch.compile(lambda x, i: torch.gather(x, 1, i), backend="inductor_lite")(x, index)
+    valid = (index >= 0) & (index < 4)
+    torch.testing.assert_close(got[valid], torch.gather(x, 1, index.clamp(0, 3))[valid])
+
+
+def test_gather_dynamic_shapes():
+    fn = torch.compile(lambda x, i: torch.gather(x, 1, i) + 1, backend="inductor_lite", dynamic=True)
+    for rows in (3, 5):
+        x, i = torch.randn(rows, 7), torch.randint(0, 7, (rows, 2))
+        torch.testing.assert_close(fn(x, i), torch.gather(x, 1, i) + 1)
+
+
+# ---------------------------------------------------------------------------- data movement
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flip_roll_repeat_tile_stack(dtype):
+    x, y = rand(4, 5, 6, dtype=dtype), rand(4, 5, 6, dtype=dtype)
+    check(lambda x, y: (torch.flip(x, [0, 2]), torch.roll(x, (2, -7), (1, 2)), torch.roll(x, 11), x.repeat(2, 1, 1, 3),
+                        x.tile((2,)), torch.stack([x, y, x], 1), torch.stack([x, y], -1)), x, y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_copy_variants_of_views(dtype):
+    def fn(x):
+        return (torch.permute_copy(x, (1, 0)), torch.transpose_copy(x, 0, 1) + 0, torch.view_copy(x, (3, 8)),
+                torch.expand_copy(x[:, :1], (4, 6)), torch.slice_copy(x, 1, 1, 5, 2), torch.select_copy(x, 0, -1),
+                torch.unsqueeze_copy(x, 1), torch.t_copy(x), *torch.split_copy(x, 4, 1), *torch.unbind_copy(x, 0),
+                torch.narrow_copy(x, 1, 2, 3))
+
+    check(fn, rand(4, 6, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reflection_and_replication_padding(dtype):
+    def fn(x1, x2, x3):
+        return tuple(out for mode in ("reflect", "replicate") for out in (
+            F.pad(x1, (2, 3), mode=mode), F.pad(x2, (3, 1, 0, 2), mode=mode), F.pad(x3, (1, 2, 2, 1, 1, 1), mode=mode)))
+
+    check(fn, rand(2, 3, 8, dtype=dtype), rand(2, 3, 5, 7, dtype=dtype), rand(1, 2, 3, 4, 5, dtype=dtype))
+
+
+def test_padding_flip_roll_dynamic_shapes():
+    fn = torch.compile(lambda x: F.pad(torch.roll(x.flip(-1), 3, -1), (2, 1), mode="reflect"),
+                       backend="inductor_lite", dynamic=True)
+    for n in (6, 9):
+        x = torch.randn(2, n)
+        torch.testing.assert_close(fn(x), F.pad(torch.roll(x.flip(-1), 3, -1), (2, 1), mode="reflect"))
