@@ -11,7 +11,8 @@ Compiled graphs use the boxed calling convention (a list of inputs the callee
 clears). A graph that fails to compile - or whose first run fails - runs eagerly
 instead when ``config.fallback_on_error`` is set (the default): the failure is
 counted in ``graphs_fallback``, logged under the ``fallbacks`` artifact and warned
-about once through the ``inductor_lite`` logger.
+about once through the ``inductor_lite`` logger. A configuration error (`ConfigError`,
+checked before each compile) always raises: falling back would hide it.
 """
 
 from __future__ import annotations
@@ -29,19 +30,21 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from .codegen.wrapper import generate_wrapper, load_module
-from .config import config
+from .config import ConfigError, check_option, config
 from .counters import counters
 from .debug import dump_graph
 from .fx_lowering.decompositions import decomposition_table
 from .fx_lowering.graph import GraphLowering
 from .logs import log_artifact
+from .runtime.cudagraphs import cudagraphify, uses_cudagraphs
 from .scheduler.scheduler import Scheduler
 
 log = logging.getLogger("inductor_lite")
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-"""torch.compile modes accepted. All run the same pipeline for now (no CUDA graphs, no
-autotuning); the mode is recorded on each compiled graph."""
+"""torch.compile modes accepted; the mode is recorded on each compiled graph.
+``reduce-overhead`` and ``max-autotune`` run compiled graphs under CUDA graphs
+(`runtime.cudagraphs`); otherwise the modes run the same pipeline."""
 
 RUNTIME_OPTIONS = ("interpret", "disable_cache", "cache_dir", "logs", "fallback_on_error")
 """Config fields that matter when a compiled graph runs (kernels are built at first
@@ -75,6 +78,7 @@ def check_options(mode: Optional[str], options: Optional[dict]) -> tuple[str, di
         ValueError: an unknown mode.
         KeyError: an option that is not a `config` field (the message lists them).
         TypeError: an option value of the wrong type.
+        ConfigError: an option value out of range (e.g. ``xblock`` not a power of two).
     """
     mode = mode or "default"
     if mode not in MODES:
@@ -89,6 +93,7 @@ def check_options(mode: Optional[str], options: Optional[dict]) -> tuple[str, di
         if expected is int and isinstance(value, bool) or not isinstance(value, expected):
             raise TypeError(f"inductor_lite: option {name!r} must be a {expected.__name__}, "
                             f"got {type(value).__name__} {value!r}")
+        check_option(name, value)
     return mode, options
 
 
@@ -148,20 +153,27 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
     """Compile one aten graph (``kind``: ``fw``, ``bw`` or ``inference``) to a boxed callable.
 
     Raises:
+        ConfigError: a bad knob (see `Config.validate`).
         Exception: whatever a stage raised, only when ``config.fallback_on_error`` is off.
     """
     options = options or {}
     graph_id = next(_graph_ids)
     name = f"graph_{graph_id}_{kind}"
     with config.patch(**options):
+        config.validate()
         try:
             compiled = _compile(gm, graph_id, kind, name, mode, options)
+        except ConfigError:
+            raise
         except Exception as e:
             if not config.fallback_on_error:
                 raise
             _record_fallback(f"graph {name}", e)
             return make_boxed_func(gm.forward)
     counters["graphs_compiled"] += 1
+    if uses_cudagraphs(mode):
+        with config.patch(**options):  # options may turn on the cudagraphs log
+            return cudagraphify(compiled, gm, kind, name)
     return compiled
 
 
@@ -178,6 +190,7 @@ def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode
             fx_graph=gm.print_readable(print_output=False),
             ir_pre_fusion=scheduler.pre_fusion_text,
             ir_post_fusion=scheduler.post_fusion_text(),
+            memory_plan=code.memory_plan.describe(),
             output_code=code.source,
         )
     log_artifact("output_code", code.source)
@@ -202,6 +215,7 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
     Raises:
         ValueError, KeyError, TypeError: a bad mode, option name or value, or an
             unexpected keyword argument (TypeError).
+        ConfigError: a bad knob, from the environment or ``options`` (see `Config.validate`).
     """
     if kwargs:
         raise TypeError(f"inductor_lite: unexpected backend argument(s) {sorted(kwargs)}; "
@@ -219,9 +233,10 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
         partition_fn=min_cut_rematerialization_partition,
     )
     with config.patch(**options):
+        config.validate()
         try:
             return backend(gm, example_inputs)
-        except RestartAnalysis:
+        except (RestartAnalysis, ConfigError):
             raise
         except Exception as e:
             if not config.fallback_on_error:

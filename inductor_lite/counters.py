@@ -10,6 +10,11 @@
 - ``extern_calls``: aten fallback calls placed in compiled graphs;
 - ``extern.<op>``: the same, per aten overload, e.g. ``extern.aten.mm.default``;
 - ``autotune_runs``: tuning keys decided by timing (not from the disk cache).
+- ``cudagraph_recordings``, ``cudagraph_replays``: CUDA graphs captured, and calls
+  answered by a replay (``mode="reduce-overhead"``, `runtime.cudagraphs`);
+- ``cudagraph_skips``: graphs that run with plain launches instead, each with a logged
+  reason (``cudagraphs`` artifact); ``cudagraph_busy``: single calls that did, because
+  the outputs of every recording for their inputs were still held.
 """
 
 from __future__ import annotations

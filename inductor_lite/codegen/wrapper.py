@@ -16,8 +16,14 @@ one function::
             buf1 = aten_mm_default(buf0, reinterpret_tensor(primals_1, (16, s0), (1, 16), 0))
             if buf1.stride() != (s0, 1) or buf1.size() != (s0, s0):
                 buf1 = ensure_strides(buf1, (s0, s0), (s0, 1))
+            buf2 = buf0; del buf0  # reuse
+            launch_poi_fused_relu_1(buf1, buf2, 16*s0)
             ...
-            return (buf1, s0)
+            return (buf2, s0)
+
+The body is first built as a list of lines: code strings, and the allocation, free and
+reuse lines of `memory_planning`, which plans buffer reuse (``# reuse``) and in-place
+kernels (``# reuse buf3 in place``) before any text is written.
 
 Every line is kept cheap, since ``call`` runs hundreds of them per training step:
 allocations, views and extern calls go through the C++ entry points in
@@ -54,10 +60,14 @@ from typing import Any, Callable, Optional
 import sympy
 import torch
 
-from ..ir.nodes import Buffer, Layout, MultiOutput, ReinterpretView
+from ..ir.nodes import Buffer, ComputedBuffer, MultiOutput, ReinterpretView
 from ..scheduler.fusion import KernelGroup
 from ..scheduler.scheduler import Scheduler
-from .kernel import KernelSource, generate_kernel
+from .kernel import KernelSource, generate_kernel, is_persistent, reduction_axis
+from .memory_planning import (
+    AllocateLine, BufferSpec, ExternAllocationLine, FreeIfNotReusedLine, FreeLine, Line, MemoryPlan, ReuseLine,
+    inplace_donors, may_alias_inputs, plan_memory,
+)
 from .printer import pexpr
 
 _module_ids = itertools.count()
@@ -70,15 +80,19 @@ class WrapperCode:
     source: str
     kernels: list[KernelSource]
     constants: dict[str, torch.Tensor]
+    memory_plan: Optional[MemoryPlan] = None
 
 
 class _Writer:
     def __init__(self):
-        self.lines: list[str] = []
+        self.lines: list[Line] = []  # code (indented) and memory lines, rendered after planning
         self.devices: dict[torch.device, str] = {}
 
     def line(self, text: str) -> None:
         self.lines.append("    " + text)
+
+    def memory(self, line: Line) -> None:
+        self.lines.append(line)
 
     def device(self, device: torch.device) -> str:
         name = self.devices.get(device)
@@ -104,6 +118,8 @@ class WrapperCodegen:
         self.guard_device: Optional[torch.device] = None  # the CUDA device `call` runs under
         self.defined_symbols: set[sympy.Symbol] = set()
         self.used_symbols: set[sympy.Symbol] = set()
+        self.donors = self._reusable_buffers()  # buffers whose storage planning may hand on
+        self.memory_plan: Optional[MemoryPlan] = None
 
     def _expr(self, expr) -> str:
         """Python source of an integer expression; remembers its size symbols."""
@@ -156,22 +172,49 @@ class WrapperCodegen:
             self.out.line(f"{symbol.name} = {getter}")
             self.defined_symbols.add(symbol)
 
-    def _allocate(self, name: str, layout: Layout) -> None:
-        size, stride = self._shape(layout.size), self._shape(layout.stride)
-        if layout.device.type == "cpu":
-            self.out.line(f"{name} = empty_strided_cpu({size}, {stride}, {layout.dtype})")
-        elif layout.device == self.guard_device:
-            self.out.line(f"{name} = empty_strided_cuda({size}, {stride}, {layout.dtype})")
-        else:
-            self.out.line(f"{name} = empty_strided({size}, {stride}, "
-                          f"device={self.out.device(layout.device)}, dtype={layout.dtype})")
+    def _reusable_buffers(self) -> set[str]:
+        """Buffers the wrapper allocates that no graph output holds and no extern output
+        may alias (a view made by an extern op goes on using its base's storage)."""
+        aliased = set()
+        for step in self.scheduler.steps:
+            if not isinstance(step, KernelGroup) and not isinstance(step.node, MultiOutput) \
+                    and may_alias_inputs(step.node.op):
+                aliased |= step.read_names()
+        return {name for name, buf in self.scheduler.buffers.items()
+                if isinstance(buf, ComputedBuffer) and name not in self.scheduler.removed_buffers
+                and name not in self.scheduler.output_names and name not in aliased}
 
-    def _kernel_step(self, group: KernelGroup) -> None:
+    def _spec(self, name: str) -> BufferSpec:
+        return BufferSpec.of(name, self.scheduler.buffers[name].layout)
+
+    def _allocation(self, buf: BufferSpec) -> str:
+        size, stride = self._shape(buf.size), self._shape(buf.stride)
+        if buf.device.type == "cpu":
+            return f"{buf.name} = empty_strided_cpu({size}, {stride}, {buf.dtype})"
+        if buf.device == self.guard_device:
+            return f"{buf.name} = empty_strided_cuda({size}, {stride}, {buf.dtype})"
+        return f"{buf.name} = empty_strided({size}, {stride}, device={self.out.device(buf.device)}, dtype={buf.dtype})"
+
+    def _reuse(self, line: ReuseLine) -> str:
+        old, new = line.old, line.new
+        if old.size == new.size and old.stride == new.stride:
+            view = old.name
+        else:
+            view = f"reinterpret_tensor({old.name}, {self._shape(new.size)}, {self._shape(new.stride)}, 0)"
+        if line.inplace:  # the kernel still reads `old`: it is deleted after the kernel
+            return f"{new.name} = {view}  # reuse {old.name} in place"
+        return f"{new.name} = {view}; del {old.name}  # reuse"
+
+    def _kernel_step(self, group: KernelGroup, step: int) -> None:
         kernel = generate_kernel(group, len(self.kernels), self.scheduler.removed_buffers, self._dtype_of)
         self.kernels.append(kernel)
-        for node in group.nodes:
-            if node.name not in self.scheduler.removed_buffers:
-                self._allocate(node.name, node.node.layout)
+        outputs = [self._spec(n.name) for n in group.nodes if n.name not in self.scheduler.removed_buffers]
+        dying = [self._spec(name) for name in sorted(group.reads() & set(self.scheduler.frees.get(step, ())))
+                 if name in self.donors]
+        single_pass = not group.is_reduction or is_persistent(group, reduction_axis(group))
+        inplace = inplace_donors(group, outputs, dying, single_pass)
+        for buf in outputs:
+            self.out.memory(AllocateLine(step, buf, buf.name in self.scheduler.output_names, inplace.get(buf.name)))
         numel = sympy.sympify(kernel.numel)
         if numel.is_number and int(numel) == 0:
             return
@@ -205,13 +248,16 @@ class WrapperCodegen:
         devices = {self._device_of(value) for kind, value in kernel.call_args if kind == "buffer"}
         return devices.pop() if len(devices) == 1 else None
 
-    def _extern_step(self, node) -> None:
+    def _extern_step(self, node, step: int) -> None:
         buf = node.node
         if isinstance(buf, MultiOutput):
             self.out.line(f"{buf.name} = {buf.parent.name}[{buf.index}]")
         else:
             args = [self._value(a) for a in buf.args] + [f"{k}={self._value(v)}" for k, v in buf.kwargs.items()]
             self.out.line(f"{buf.name} = {self._extern_op(buf.op)}({', '.join(args)})")
+        owner = buf.parent if isinstance(buf, MultiOutput) else buf
+        if buf.layout is not None and not may_alias_inputs(owner.op):
+            self.out.memory(ExternAllocationLine(step, BufferSpec.of(buf.name, buf.layout)))
         if buf.layout is not None:
             self._define_symbols(buf.name, self.graph.symbol_sources)
             size, stride = self._shape(buf.layout.size), self._shape(buf.layout.stride)
@@ -254,20 +300,45 @@ class WrapperCodegen:
         self._free(-1)
         for i, step in enumerate(self.scheduler.steps):
             if isinstance(step, KernelGroup):
-                self._kernel_step(step)
+                self._kernel_step(step, i)
             else:
-                self._extern_step(step)
+                self._extern_step(step, i)
             self._free(i)
         outputs = [self._value(v) for v in self.graph.graph_outputs]
         self.out.line(f"return {_tuple(outputs)}")
+        self.memory_plan = plan_memory(self.out.lines, len(self.scheduler.steps), _size_hint())
+        self.out.lines = self._render(self.memory_plan.lines)
         undefined = sorted(s.name for s in self.used_symbols - self.defined_symbols)
         if undefined:
             raise NotImplementedError(f"size symbol(s) {undefined} cannot be computed from the graph's inputs")
 
     def _free(self, step: int) -> None:
-        names = self.scheduler.frees.get(step)
-        if names:
-            self.out.line(f"del {', '.join(sorted(names))}")
+        for name in sorted(self.scheduler.frees.get(step, ())):
+            if name in self.donors:
+                self.out.memory(FreeIfNotReusedLine(step, self._spec(name)))
+            else:
+                self.out.memory(FreeLine(step, name))
+
+    def _render(self, lines: list[Line]) -> list[str]:
+        """The planned lines as indented code; adjacent frees share one ``del``."""
+        out: list[str] = []
+        dead: list[str] = []
+        for line in lines:
+            if isinstance(line, FreeLine) or isinstance(line, FreeIfNotReusedLine) and not line.is_reused:
+                dead.append(line.name if isinstance(line, FreeLine) else line.buffer.name)
+                continue
+            if dead and not isinstance(line, (FreeIfNotReusedLine, ExternAllocationLine)):
+                out.append(f"    del {', '.join(dead)}")
+                dead = []
+            if isinstance(line, str):
+                out.append(line)
+            elif isinstance(line, AllocateLine):
+                out.append("    " + self._allocation(line.buffer))
+            elif isinstance(line, ReuseLine):
+                out.append("    " + self._reuse(line))
+        if dead:
+            out.append(f"    del {', '.join(dead)}")
+        return out
 
     def source(self, title: str) -> str:
         header = [
@@ -307,6 +378,20 @@ def _config_source(config) -> str:
     return f"Config.of({config.num_warps}{extra}, {blocks})"
 
 
+def _size_hint() -> Callable[[sympy.Expr], int]:
+    """Bytes counts for memory planning: size symbols at the example values of the
+    shape environment being compiled for (0 for a size with no known value)."""
+    shape_env = getattr(torch._guards.detect_fake_mode(), "shape_env", None)
+    # torch 2.13 renamed ShapeEnv.var_to_val (2.11) to backed_var_to_val
+    values = getattr(shape_env, "backed_var_to_val" if hasattr(shape_env, "backed_var_to_val") else "var_to_val", {})
+
+    def hint(expr: sympy.Expr) -> int:
+        expr = sympy.sympify(expr).xreplace(values)
+        return int(expr) if expr.is_number else 0
+
+    return hint
+
+
 def _float(v: float) -> str:
     if math.isnan(v):
         return 'float("nan")'
@@ -330,7 +415,7 @@ def generate_wrapper(graph, scheduler: Scheduler, title: str) -> WrapperCode:
     """
     gen = WrapperCodegen(graph, scheduler)
     gen.generate()
-    return WrapperCode(gen.source(title), gen.kernels, dict(graph.constants))
+    return WrapperCode(gen.source(title), gen.kernels, dict(graph.constants), gen.memory_plan)
 
 
 def load_module(code: WrapperCode, kernel_debug_dir: Optional[str] = None) -> tuple[Callable, dict]:

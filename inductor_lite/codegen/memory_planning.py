@@ -1,0 +1,372 @@
+"""Memory planning for the wrapper: freed buffers are reused, outputs written in place.
+
+The wrapper (`wrapper.WrapperCodegen`) first describes the body of ``call`` as a list
+of lines: strings of finished code (launches, extern calls, size symbols) and the
+plain-data memory lines below, each tagged with its schedule step. `plan_memory`
+rewrites the memory lines before any text is written, as TorchInductor's wrapper does
+(``torch/_inductor/codegen/wrapper.py``: ``AllocateLine``, ``FreeIfNotReusedLine``,
+``ReuseLine``, ``MemoryPlanningLine.plan``):
+
+- A buffer the wrapper allocated dies after its last reader (`FreeIfNotReusedLine`):
+  its storage goes into a pool keyed by device and dtype.
+- A later `AllocateLine` takes a pooled storage instead of allocating when the sizes in
+  bytes are provably equal (sympy, so ``s0`` never stands in for ``s1``), or, for static
+  sizes, when the pooled storage is at most 5% larger (TorchInductor's bound for
+  in-place reuse); graph outputs take exact sizes only, since they outlive ``call``.
+  It becomes a `ReuseLine` (``buf5 = buf2; del buf2  # reuse``, through
+  ``reinterpret_tensor`` when sizes or strides differ) and the donor's free writes
+  nothing. The donor's storage stays alive from its free to the reuse, so a reuse is
+  taken only if the live bytes over that gap plus the held storage stay within the
+  peak of the plan before reuse (TorchInductor's ``should_reuse_buffer``).
+- In place: an `AllocateLine` with an ``inplace_donor`` (chosen by `inplace_donors`:
+  an input that dies at the kernel writing the output, same layout, each element read
+  only where the output's same element is written) becomes ``buf5 = buf2  # reuse buf2
+  in place``; the kernel gets both names, and the donor's free after the kernel becomes
+  a plain ``del``.
+
+Only buffers the wrapper allocates are planned: graph inputs and constants belong to
+the caller, extern outputs are allocated by their aten op (`ExternAllocationLine` only
+counts their bytes), graph outputs are never freed, and a buffer an extern output may
+alias (the op's schema says its result is a view) is freed with a plain `FreeLine`,
+since the view goes on using its storage.
+
+`MemoryPlan.peak_bytes` is the most memory ``call`` holds at once in buffers it
+allocates (kernel and extern outputs; graph inputs not counted), symbolic sizes at
+their size hints.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Callable, Optional, Sequence, Union
+
+import sympy
+import torch
+
+from ..ir.indexing import Expr, known_equal
+from ..ir.nodes import Layout
+
+REUSE_SLACK = 0.05
+"""A static-size allocation may take a pooled storage up to this fraction larger than it
+needs (TorchInductor's ``can_match_buffer_size``: 0.95 * donor <= output <= donor)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferSpec:
+    """A planned buffer's name and layout; sizes and strides are sympy expressions in
+    elements. A buffer is allocated as ``empty_strided(size, stride)`` (offset 0)."""
+
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    size: tuple[Expr, ...]
+    stride: tuple[Expr, ...]
+
+    @classmethod
+    def of(cls, name: str, layout: Layout) -> "BufferSpec":
+        return cls(name, layout.device, layout.dtype, tuple(layout.size), tuple(layout.stride))
+
+    def nbytes(self) -> Expr:
+        """Bytes of storage the layout spans (TorchInductor's ``compute_required_storage_length``
+        times the element size)."""
+        if any(sympy.sympify(s) == 0 for s in self.size):
+            return sympy.Integer(0)
+        elements = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+        return sympy.expand(elements * self.dtype.itemsize)
+
+    def same_layout(self, other: "BufferSpec") -> bool:
+        return (self.device == other.device and self.dtype == other.dtype and len(self.size) == len(other.size)
+                and all(known_equal(a, b) for a, b in zip(self.size + self.stride, other.size + other.stride)))
+
+
+@dataclasses.dataclass
+class AllocateLine:
+    """Allocate ``buffer`` before the kernel of ``step`` writes it. ``inplace_donor``:
+    an input of that kernel whose storage it may take instead (see `inplace_donors`)."""
+
+    step: int
+    buffer: BufferSpec
+    is_output: bool = False
+    inplace_donor: Optional[BufferSpec] = None
+
+
+@dataclasses.dataclass
+class FreeIfNotReusedLine:
+    """``buffer`` is dead after ``step``: free it, unless a later allocation reuses it."""
+
+    step: int
+    buffer: BufferSpec
+    is_reused: bool = False
+
+
+@dataclasses.dataclass
+class ReuseLine:
+    """``new`` takes the storage of ``old``, which was freed after ``donor_step``; in
+    place (``donor_step == step``) the kernel still reads ``old``, so the name stays
+    until the `FreeLine` after the step."""
+
+    step: int
+    old: BufferSpec
+    new: BufferSpec
+    donor_step: int
+    inplace: bool = False
+
+
+@dataclasses.dataclass
+class FreeLine:
+    """Drop the name ``name`` after ``step`` (an input, an extern output, a buffer an
+    extern output may alias, or an in-place donor); its storage is not planned."""
+
+    step: int
+    name: str
+
+
+@dataclasses.dataclass
+class ExternAllocationLine:
+    """The extern call of ``step`` returns a new tensor ``buffer`` (allocated by the aten
+    op, not planned; counted in the peak). Writes no code."""
+
+    step: int
+    buffer: BufferSpec
+
+
+MemoryLine = Union[AllocateLine, FreeIfNotReusedLine, ReuseLine, FreeLine, ExternAllocationLine]
+Line = Union[str, MemoryLine]
+
+
+def static_size_hint(expr: Expr) -> int:
+    """``expr`` as an int when it is a number, else 0 (an unknown size counts nothing)."""
+    expr = sympy.sympify(expr)
+    return int(expr) if expr.is_number else 0
+
+
+@dataclasses.dataclass
+class MemoryPlan:
+    """The planned lines of ``call`` and what they hold.
+
+    Attributes:
+        lines: code strings and memory lines, in order (`ReuseLine` where planning reused).
+        num_steps: the schedule's length.
+        peak_bytes: the most bytes live at once under this plan.
+        unplanned_peak_bytes: the same, allocating every buffer fresh.
+    """
+
+    lines: list[Line]
+    num_steps: int
+    peak_bytes: int
+    unplanned_peak_bytes: int
+
+    def allocations(self) -> list[AllocateLine]:
+        """The allocations left: buffers that get fresh storage."""
+        return [line for line in self.lines if isinstance(line, AllocateLine)]
+
+    def reuses(self) -> list[ReuseLine]:
+        return [line for line in self.lines if isinstance(line, ReuseLine)]
+
+    def describe(self) -> str:
+        """One line per planned buffer and the peaks (the debug dump's ``memory_plan.txt``)."""
+        out = []
+        for line in self.lines:
+            if isinstance(line, AllocateLine):
+                out.append(f"step {line.step}: {line.buffer.name} allocated, {line.buffer.nbytes()} bytes")
+            elif isinstance(line, ReuseLine):
+                how = "in place over" if line.inplace else "reuses"
+                since = "" if line.inplace else f" (dead after step {line.donor_step})"
+                out.append(f"step {line.step}: {line.new.name} {how} {line.old.name}{since}, "
+                           f"{line.old.nbytes()} bytes")
+        reuses = self.reuses()
+        inplace = sum(line.inplace for line in reuses)
+        out.append(f"{len(self.allocations())} allocated, {len(reuses)} reused ({inplace} in place)")
+        out.append(f"peak bytes held by call's own buffers (graph inputs excluded, symbolic sizes at their hints): "
+                   f"{self.peak_bytes} planned, {self.unplanned_peak_bytes} without reuse")
+        return "\n".join(out) + "\n"
+
+
+def plan_memory(lines: Sequence[Line], num_steps: int,
+                size_hint: Callable[[Expr], int] = static_size_hint) -> MemoryPlan:
+    """Plan reuse over the wrapper's lines (see the module docstring).
+
+    Args:
+        lines: code strings and memory lines in program order; each planned buffer has
+            one `AllocateLine` and at most one `FreeIfNotReusedLine`, after it.
+        num_steps: the schedule's length (steps are ``0 .. num_steps - 1``; -1 is
+            before the first).
+        size_hint: an int for a size expression (symbols at example values).
+
+    Returns:
+        The plan; ``lines`` itself is not modified.
+    """
+    unplanned = list(lines)
+    planned = _apply_inplace(unplanned)
+    live = _live_bytes(planned, num_steps, size_hint)
+    budget = max(live, default=0)
+    end_step = {line.buffer.name if isinstance(line, FreeIfNotReusedLine) else line.name: line.step
+                for line in planned if isinstance(line, (FreeIfNotReusedLine, FreeLine))}
+    pools: dict[tuple, dict[Expr, list[FreeIfNotReusedLine]]] = collections.defaultdict(dict)
+    for i, line in enumerate(planned):
+        if isinstance(line, FreeIfNotReusedLine):
+            buf = line.buffer
+            pools[(buf.device, buf.dtype)].setdefault(buf.nbytes(), []).append(line)
+        elif isinstance(line, AllocateLine):
+            end = end_step.get(line.buffer.name, num_steps - 1)
+            donor = _take_donor(line, pools[(line.buffer.device, line.buffer.dtype)], live, budget, end, size_hint)
+            if donor is not None:
+                donor.is_reused = True
+                planned[i] = ReuseLine(line.step, donor.buffer, line.buffer, donor.step)
+    return MemoryPlan(planned, num_steps, max(_live_bytes(planned, num_steps, size_hint), default=0),
+                      max(_live_bytes(unplanned, num_steps, size_hint), default=0))
+
+
+def _apply_inplace(lines: list[Line]) -> list[Line]:
+    """In-place allocations become `ReuseLine`s and their donors' frees plain `FreeLine`s;
+    other free lines are copied (planning marks them reused)."""
+    out = list(lines)
+    consumed = set()
+    for i, line in enumerate(out):
+        if isinstance(line, AllocateLine) and line.inplace_donor is not None:
+            out[i] = ReuseLine(line.step, line.inplace_donor, line.buffer, line.step, inplace=True)
+            consumed.add(line.inplace_donor.name)
+        elif isinstance(line, FreeIfNotReusedLine):
+            out[i] = FreeLine(line.step, line.buffer.name) if line.buffer.name in consumed else \
+                dataclasses.replace(line)
+    return out
+
+
+def _fits(have: Expr, need: Expr, exact: bool) -> bool:
+    if have == need or known_equal(have, need):
+        return True
+    if exact or not (have.is_number and need.is_number):
+        return False
+    return int(need) <= int(have) and int(have) - int(need) <= REUSE_SLACK * int(have)
+
+
+def _take_donor(alloc: AllocateLine, pool: dict[Expr, list[FreeIfNotReusedLine]], live: list[int], budget: int,
+                end: int, size_hint: Callable[[Expr], int]) -> Optional[FreeIfNotReusedLine]:
+    """Pop and return a pooled free line whose storage ``alloc`` can take, or None;
+    updates ``live`` for the storage held from the donor's free to ``end``."""
+    need = alloc.buffer.nbytes()
+    exact = pool.get(need, [])
+    keys = [need] if exact else [k for k in pool if pool[k] and _fits(k, need, alloc.is_output)]
+    for key in keys:
+        candidates = pool[key]
+        for j in range(len(candidates) - 1, -1, -1):  # the most recently freed first
+            free = candidates[j]
+            held, needed = size_hint(key), size_hint(need)
+            extra = [(free.step + 1, alloc.step, held), (alloc.step, end + 1, held - needed)]
+            if all(live[k] + add <= budget for lo, hi, add in extra for k in range(max(lo, 0), min(hi, len(live)))):
+                for lo, hi, add in extra:
+                    for k in range(max(lo, 0), min(hi, len(live))):
+                        live[k] += add
+                return candidates.pop(j)
+    return None
+
+
+def _live_bytes(lines: Sequence[Line], num_steps: int, size_hint: Callable[[Expr], int]) -> list[int]:
+    """Bytes held at each step by the storages the lines allocate: a storage lives from
+    the step allocating it through the step after which its last name is dropped."""
+    storage_of: dict[str, int] = {}
+    names: list[int] = []  # per storage: how many names refer to it
+    spans: list[list[int]] = []  # per storage: [first step, last step, bytes]
+
+    def new_storage(name: str, step: int, buf: BufferSpec) -> None:
+        storage_of[name] = len(spans)
+        names.append(1)
+        spans.append([max(step, 0), num_steps - 1, size_hint(buf.nbytes())])
+
+    def drop(name: str, step: int) -> None:
+        sid = storage_of.pop(name, None)
+        if sid is not None:
+            names[sid] -= 1
+            if names[sid] == 0:
+                spans[sid][1] = step
+
+    for line in lines:
+        if isinstance(line, (AllocateLine, ExternAllocationLine)):
+            new_storage(line.buffer.name, line.step, line.buffer)
+        elif isinstance(line, ReuseLine):
+            sid = storage_of[line.old.name]
+            storage_of[line.new.name] = sid
+            names[sid] += 1
+            if not line.inplace:
+                drop(line.old.name, line.step)
+        elif isinstance(line, FreeIfNotReusedLine) and not line.is_reused:
+            drop(line.buffer.name, line.step)
+        elif isinstance(line, FreeLine):
+            drop(line.name, line.step)
+    delta = [0] * (num_steps + 1)
+    for first, last, nbytes in spans:
+        if first <= last:
+            delta[first] += nbytes
+            delta[last + 1] -= nbytes
+    live, running = [], 0
+    for step in range(num_steps):
+        running += delta[step]
+        live.append(running)
+    return live
+
+
+def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferSpec],
+                   single_pass: bool) -> dict[str, BufferSpec]:
+    """For a kernel's outputs, inputs whose storage each may take: ``{output name: donor}``.
+
+    An output ``O`` may be written over an input ``D`` (TorchInductor's in-place
+    buffers, ``Scheduler.decide_inplace_update``) when:
+
+    - ``D`` dies at this kernel and its storage is the wrapper's to reuse (``dying``);
+    - both have the same layout (device, dtype, sizes, strides);
+    - the kernel reads ``D`` at one kernel index, the one it writes ``O`` at, so each
+      element of ``D`` is read by the lane that overwrites it;
+    - every node of the group reading ``D`` is ``O``'s node or one it depends on inside
+      the kernel, so the store of each element comes after every read of it;
+    - the kernel makes one pass over its elements (``single_pass``: pointwise or
+      persistent reduction), as a looped reduction recomputes values from its inputs in
+      later loops.
+
+    Args:
+        group: the `scheduler.fusion.KernelGroup` of the kernel.
+        outputs: the buffers it stores that the wrapper allocates.
+        dying: the inputs it reads from memory whose storage the wrapper owns and that
+            nothing reads after it.
+        single_pass: see above.
+    """
+    if not single_pass or not dying or not outputs:
+        return {}
+    placements = group.placements(group.group)
+    if placements is None:
+        return {}
+    nodes = {n.name: n for n in group.nodes}
+    donors: dict[str, BufferSpec] = {}
+    for out in outputs:
+        write = group.kernel_write(out.name, group.group, placements)
+        allowed = _ancestors_in_group(nodes, out.name) | {out.name}
+        for donor in dying:
+            if donor in donors.values() or not donor.same_layout(out):
+                continue
+            readers = {name for name, n in nodes.items() if donor.name in n.read_names()}
+            reads = group.kernel_reads(donor.name, group.group, placements)
+            if readers <= allowed and len(reads) == 1 and known_equal(next(iter(reads)), write):
+                donors[out.name] = donor
+                break
+    return donors
+
+
+def _ancestors_in_group(nodes: dict, name: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for dep in nodes[todo.pop()].read_names() & nodes.keys():
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def may_alias_inputs(op) -> bool:
+    """Whether an extern op's result may share storage with its inputs: its schema
+    marks a returned tensor with an alias set (a view op such as ``aten.unfold``); an
+    op without a schema is assumed to."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return True
+    return any(ret.alias_info is not None for ret in schema.returns)

@@ -1,0 +1,339 @@
+"""Memory planning in the wrapper: buffer reuse, in-place kernels, aliasing, symbolic
+sizes, the planned peak, and runs with every (re)used buffer poisoned first."""
+
+import glob
+
+import pytest
+import sympy
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import inductor_lite
+import inductor_lite.backend
+from inductor_lite.codegen import wrapper
+from inductor_lite.codegen.memory_planning import (
+    AllocateLine, BufferSpec, ExternAllocationLine, FreeIfNotReusedLine, FreeLine, ReuseLine, may_alias_inputs,
+    plan_memory,
+)
+from inductor_lite.codegen.wrapper import WrapperCodegen, generate_wrapper, load_module
+from inductor_lite.config import config
+from inductor_lite.fx_lowering.decompositions import decomposition_table
+from inductor_lite.fx_lowering.graph import GraphLowering
+from inductor_lite.ir.indexing import known_equal
+from inductor_lite.scheduler.fusion import KernelGroup
+from inductor_lite.scheduler.scheduler import Scheduler
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    with config.patch(fallback_on_error=False):
+        yield
+    torch._dynamo.reset()
+
+
+def build(fn, *inputs, mode="fake"):
+    gm = make_fx(fn, tracing_mode=mode, decomposition_table=decomposition_table())(*inputs)
+    graph = GraphLowering(gm)
+    graph.run()
+    scheduler = Scheduler(graph)
+    return generate_wrapper(graph, scheduler, "test"), scheduler
+
+
+def _poison_source(buf: BufferSpec) -> str:
+    value = 'float("nan")' if buf.dtype.is_floating_point else "True" if buf.dtype == torch.bool else "-77"
+    return f"    {buf.name}.fill_({value})"
+
+
+@pytest.fixture
+def poison_reused(monkeypatch):
+    """Generated wrappers fill every buffer with NaN (or a sentinel) right after it is
+    allocated or takes a freed buffer's storage, before its kernel writes it; a read of a
+    donor after its reuse, or an element the kernel leaves unwritten, then shows. In-place
+    outputs are not poisoned: their kernel reads the donor's values."""
+    render = WrapperCodegen._render
+
+    def poisoning_render(self, lines):
+        out = []
+        for line in lines:
+            out.append(line)
+            if isinstance(line, AllocateLine):
+                out.append(_poison_source(line.buffer))
+            elif isinstance(line, ReuseLine) and not line.inplace:
+                out.append(_poison_source(line.new))
+        return render(self, out)
+
+    monkeypatch.setattr(WrapperCodegen, "_render", poisoning_render)
+
+
+def run(code, *inputs):
+    call, _ = load_module(code)
+    return call([x.clone() for x in inputs])
+
+
+def assert_matches(code, fn, *inputs):
+    expected = fn(*inputs)
+    torch.testing.assert_close(run(code, *inputs), expected if isinstance(expected, tuple) else (expected,))
+
+
+def _step_reads(step) -> set:
+    return step.reads() if isinstance(step, KernelGroup) else step.read_names()
+
+
+def check_plan(plan, scheduler):
+    """The plan's safety property: for each reuse, every read of the donor happens
+    before the new buffer's first write (in place: in the kernel that writes it, and
+    never after); each storage has one owner at a time; reuse never raises the peak."""
+    steps = scheduler.steps
+    owners = {}
+    for line in plan.lines:
+        if not isinstance(line, ReuseLine):
+            continue
+        writer = steps[line.step]
+        assert isinstance(writer, KernelGroup) and line.new.name in writer.names  # its first write
+        reads = [i for i, step in enumerate(steps) if line.old.name in _step_reads(step)]
+        assert reads, line
+        if line.inplace:
+            assert max(reads) == line.step and line.donor_step == line.step
+            assert line.old.same_layout(line.new)
+        else:
+            assert max(reads) <= line.donor_step < line.step
+        assert line.old.name not in scheduler.output_names
+        assert line.old.name not in owners.values(), "a storage handed on twice"
+        owners[line.new.name] = line.old.name
+        if line.new.name in scheduler.output_names:
+            assert known_equal(line.old.nbytes(), line.new.nbytes())
+    assert plan.peak_bytes <= plan.unplanned_peak_bytes
+
+
+def test_a_chain_of_layers_reuses_one_buffer(poison_reused):
+    def fn(x, w):
+        for _ in range(4):
+            x = torch.relu(x @ w)
+        return x
+
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    code, scheduler = build(fn, x, w)
+    plan = code.memory_plan
+    check_plan(plan, scheduler)
+    # each relu writes into the storage of the one before (dead after the mm reading it)
+    assert len(plan.allocations()) == 1 and len(plan.reuses()) == 3
+    assert not any(line.inplace for line in plan.reuses())
+    assert_matches(code, fn, torch.randn(8, 16), torch.randn(16, 16))
+
+
+def test_inplace_over_a_dead_input_of_the_same_layout(poison_reused):
+    def fn(x, w, v):
+        d = torch.relu(x @ w)
+        return d * (d @ v)
+
+    x, w, v = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16, 16)
+    code, scheduler = build(fn, x, w, v)
+    plan = code.memory_plan
+    check_plan(plan, scheduler)
+    (reuse,) = plan.reuses()
+    assert reuse.inplace and reuse.new.name in scheduler.output_names
+    assert len(plan.allocations()) == 1
+    # without the in-place write, d, d @ v and the output are live at once
+    assert plan.peak_bytes == 2 * 8 * 16 * 4 and plan.unplanned_peak_bytes == 3 * 8 * 16 * 4
+    assert_matches(code, fn, torch.randn(8, 16), torch.randn(16, 16), torch.randn(16, 16))
+
+
+@pytest.mark.parametrize("case", ["graph input", "read later", "transposed read", "graph output", "other dtype"])
+def test_no_inplace_when_unsafe(case, poison_reused):
+    def fn(x, w, v):
+        d = torch.relu(x @ w)
+        e = d @ v
+        if case == "graph input":
+            return x * e
+        if case == "read later":
+            return (d * e) @ v, d.sum(0)
+        if case == "transposed read":
+            return d.t() * e
+        if case == "graph output":
+            return d * e, d
+        return (d * e).double()  # the kernel's output is float64, d float32
+
+    x, w, v = (torch.randn(16, 16) for _ in range(3))
+    code, scheduler = build(fn, x, w, v)
+    check_plan(code.memory_plan, scheduler)
+    assert not any(line.inplace for line in code.memory_plan.reuses())
+    assert_matches(code, fn, *(torch.randn(16, 16) for _ in range(3)))
+
+
+def test_looped_reductions_are_never_inplace(monkeypatch):
+    def fn(x, w):
+        d = torch.relu(x @ w) * 3
+        t = d + torch.cumsum(d, -1)  # a row too long for a persistent reduction
+        return t, torch.softmax(t, dim=-1)
+
+    x, w = torch.randn(2, 16), torch.randn(16, 33000)
+    code, scheduler = build(fn, x, w)
+    assert code.kernels[-1].name.startswith("red_")
+    check_plan(code.memory_plan, scheduler)
+    assert not any(line.inplace for line in code.memory_plan.reuses())
+    # the check matters: a later loop recomputes t from d after the first stored t over d
+    monkeypatch.setattr(wrapper, "is_persistent", lambda group, axis: True)
+    code, _ = build(fn, x, w)
+    assert any(line.inplace for line in code.memory_plan.reuses())
+    assert run(code, x, w)[1].isnan().any()
+
+
+def test_persistent_softmax_writes_over_its_dead_input(poison_reused):
+    def fn(x, w):
+        d = torch.relu(x @ w) * 3
+        return torch.softmax(d + torch.cumsum(d, -1), dim=-1)  # reads d and dies there
+
+    x, w = torch.randn(8, 16), torch.randn(16, 32)
+    code, scheduler = build(fn, x, w)
+    check_plan(code.memory_plan, scheduler)
+    assert [line.inplace for line in code.memory_plan.reuses()] == [True]
+    assert_matches(code, fn, torch.randn(8, 16), torch.randn(16, 32))
+
+
+def test_a_buffer_an_extern_view_aliases_is_not_reused(poison_reused, monkeypatch):
+    def fn(x, w, v):
+        d = torch.relu(x @ w)
+        u = d.unfold(0, 2, 2)  # an extern view of d: d's storage lives on in u
+        return torch.relu(x @ v), u * 2
+
+    inputs = [torch.randn(8, 8) for _ in range(3)]
+    code, scheduler = build(fn, *inputs)
+    check_plan(code.memory_plan, scheduler)
+    assert not code.memory_plan.reuses()
+    assert_matches(code, fn, *inputs)
+    # the check matters: planned as if views did not alias, relu(x @ v) overwrites u
+    monkeypatch.setattr(wrapper, "may_alias_inputs", lambda op: False)
+    code, _ = build(fn, *inputs)
+    assert code.memory_plan.reuses()
+    x, w, v = inputs
+    torch.testing.assert_close(run(code, *inputs)[1], torch.relu(x @ v).unfold(0, 2, 2) * 2)
+
+
+def test_symbolic_sizes_reuse_only_provably_equal_storage(poison_reused):
+    def fn(x, w, v):
+        a = torch.relu(x @ w)  # (s0, s1)
+        b = torch.relu(a @ v)  # (s0, s2): a's storage is not provably as large
+        return torch.relu(b @ v.t())  # (s0, s1): takes a's storage
+
+    x, w, v = torch.randn(5, 3), torch.randn(3, 3), torch.randn(3, 7)
+    code, scheduler = build(fn, x, w, v, mode="symbolic")
+    plan = code.memory_plan
+    check_plan(plan, scheduler)
+    (reuse,) = plan.reuses()
+    assert reuse.new.name in scheduler.output_names and known_equal(reuse.old.nbytes(), reuse.new.nbytes())
+    assert reuse.old.nbytes().free_symbols and len(plan.allocations()) == 2
+    for sizes in [(6, 4, 9), (2, 11, 3)]:  # other sizes through the same code
+        s0, s1, s2 = sizes
+        assert_matches(code, fn, torch.randn(s0, s1), torch.randn(s1, s1), torch.randn(s1, s2))
+
+
+def _line_buf(name, nbytes):
+    return BufferSpec(name, torch.device("cpu"), torch.uint8, (sympy.Integer(nbytes),), (sympy.Integer(1),))
+
+
+def test_plan_takes_nearly_equal_sizes_and_keeps_the_peak():
+    a, b, c, big = _line_buf("a", 1000), _line_buf("b", 980), _line_buf("c", 900), _line_buf("big", 5000)
+    lines = [AllocateLine(0, a), FreeIfNotReusedLine(0, a), AllocateLine(1, b), FreeIfNotReusedLine(1, b),
+             AllocateLine(2, c)]
+    plan = plan_memory(lines, 3)
+    # b fits a's storage (2% larger); c would waste 10% of b's (a's)
+    assert [(r.old.name, r.new.name) for r in plan.reuses()] == [("a", "b")]
+    assert [line.buffer.name for line in plan.allocations()] == ["a", "c"]
+    assert plan.peak_bytes == 1000 and plan.unplanned_peak_bytes == 1000
+    # graph outputs take exact sizes only
+    lines[2] = AllocateLine(1, b, is_output=True)
+    assert not plan_memory(lines, 3).reuses()
+    # holding a's storage over a gap whose live bytes already make the peak would raise it
+    d = _line_buf("d", 1000)
+    lines = [AllocateLine(0, a), FreeIfNotReusedLine(0, a), ExternAllocationLine(1, big), FreeLine(1, "big"),
+             AllocateLine(2, d)]
+    plan = plan_memory(lines, 3)
+    assert not plan.reuses() and plan.peak_bytes == 5000
+    lines[1:1] = [ExternAllocationLine(0, _line_buf("e", 5000)), FreeLine(0, "e")]  # step 0 is higher: a fits
+    plan = plan_memory(lines, 3)
+    assert [(r.old.name, r.new.name) for r in plan.reuses()] == [("a", "d")] and plan.peak_bytes == 6000
+
+
+def test_extern_aliasing_from_the_schema():
+    aten = torch.ops.aten
+    assert not may_alias_inputs(aten.mm.default) and not may_alias_inputs(aten.sort.default)
+    assert may_alias_inputs(aten.unfold.default) and may_alias_inputs(aten.view.dtype)
+    assert may_alias_inputs(lambda x: x)  # no schema: assume it may
+
+
+def _record_plans(monkeypatch) -> list:
+    plans = []
+
+    def recording(graph, scheduler, title):
+        code = generate_wrapper(graph, scheduler, title)
+        plans.append((code.memory_plan, scheduler))
+        return code
+
+    monkeypatch.setattr(inductor_lite.backend, "generate_wrapper", recording)
+    return plans
+
+
+def test_training_matches_eager_with_every_reused_buffer_poisoned(poison_reused, monkeypatch, tmp_path):
+    plans = _record_plans(monkeypatch)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.ReLU(), nn.Linear(32, 32), nn.Softmax(dim=-1))
+    reference = [p.detach().clone() for p in model.parameters()]
+    x = torch.randn(12, 16, requires_grad=True)
+    with config.patch(debug_dir=str(tmp_path)):
+        out = torch.compile(model, backend="inductor_lite")(x)
+        (out * torch.arange(32.0)).sum().backward()
+    grads = [x.grad] + [p.grad for p in model.parameters()]
+    eager = nn.Sequential(*[m for m in model])
+    with torch.no_grad():
+        for p, r in zip(eager.parameters(), reference):
+            p.copy_(r)
+            p.grad = None
+    x2 = x.detach().clone().requires_grad_(True)
+    out2 = eager(x2)
+    (out2 * torch.arange(32.0)).sum().backward()
+    torch.testing.assert_close(out, out2)
+    for got, expected in zip(grads, [x2.grad] + [p.grad for p in eager.parameters()]):
+        torch.testing.assert_close(got, expected)
+    assert inductor_lite.counters["graphs_fallback"] == 0
+    assert len(plans) == 2
+    for plan, scheduler in plans:
+        check_plan(plan, scheduler)
+    assert any(plan.reuses() for plan, _ in plans)
+    dumps = [open(p).read() for p in sorted(glob.glob(str(tmp_path / "graph_*" / "memory_plan.txt")))]
+    assert len(dumps) == 2 and all("planned" in d for d in dumps)
+    assert any(" reuses " in d or " in place over " in d for d in dumps)
+
+
+def test_backward_with_dynamic_shapes_plans_at_size_hints(poison_reused, monkeypatch):
+    plans = _record_plans(monkeypatch)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh())
+    compiled = torch.compile(model, backend="inductor_lite", dynamic=True)
+    for rows in (5, 7):
+        x = torch.randn(rows, 8, requires_grad=True)
+        compiled(x).sum().backward()
+        x2 = x.detach().clone().requires_grad_(True)
+        model(x2).sum().backward()
+        torch.testing.assert_close(x.grad, x2.grad)
+    assert plans and inductor_lite.counters["graphs_fallback"] == 0
+    for plan, scheduler in plans:
+        check_plan(plan, scheduler)
+    assert any(plan.peak_bytes > 0 for plan, _ in plans)  # symbolic sizes counted at their hints
+
+
+@pytest.mark.gpu
+def test_inplace_kernels_survive_autotuning_on_cuda(monkeypatch):
+    plans = _record_plans(monkeypatch)
+
+    def fn(x, w, v):
+        d = torch.relu(x @ w)
+        return d * (d @ v)
+
+    x, w, v = (torch.randn(1024, 1024, device="cuda") for _ in range(3))
+    with config.patch(autotune=True):
+        out = torch.compile(fn, backend="inductor_lite")(x, w, v)
+    assert any(line.inplace for plan, _ in plans for line in plan.reuses())
+    torch.testing.assert_close(out, fn(x, w, v), rtol=1e-4, atol=1e-4)
