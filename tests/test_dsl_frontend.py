@@ -377,7 +377,7 @@ ERRORS = {
     "welford_shapes": ("y = dl.welford(dl.arange(0, 4), dl.arange(0, 8), 1, 0)", r"cannot broadcast shapes"),
     "welford_unpack": ("a, b = dl.welford(dl.arange(0, 4), 0.0, 1.0, 0)", "cannot unpack 3 values into 2 names"),
     "welford_arity": ("y = dl.welford_combine(n, 0.0, 1.0)", r"dl.welford_combine\(\): missing a required argument"),
-    "atomic_block": ("y = dl.atomic_add(x_ptr + dl.arange(0, 4), 1.0)", "must be scalars"),
+    "atomic_block_value": ("y = dl.atomic_add(x_ptr, dl.arange(0, 4) * 1.0)", "must be scalars"),
     "atomic_sem": ("y = dl.atomic_add(x_ptr, 1.0, sem='seq_cst')", "sem must be one of"),
     "atomic_scope": ("y = dl.atomic_add(x_ptr, 1.0, scope='grid')", "scope must be one of"),
     "atomic_mask": ("y = dl.atomic_add(x_ptr, 1.0, mask=n)", "mask must be an int1"),

@@ -108,6 +108,7 @@ _BUILTINS: dict[str, Callable] = {
     "store": lambda b, a: semantic.store(b, a["pointer"], a["value"], a["mask"]),
     "atomic_add": lambda b, a: semantic.atomic(b, "add", a["pointer"], a["value"], a["mask"], a["sem"], a["scope"]),
     "cluster_gather": lambda b, a: semantic.cluster_gather(b, a["value"], a["size"]),
+    "device_assert": lambda b, a: semantic.device_assert(b, a["condition"], a["message"]),
     "where": lambda b, a: semantic.where(b, a["condition"], a["x"], a["y"]),
     "maximum": lambda b, a: semantic.binary(b, "maximum", a["x"], a["y"]),
     "minimum": lambda b, a: semantic.binary(b, "minimum", a["x"], a["y"]),

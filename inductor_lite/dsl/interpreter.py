@@ -418,12 +418,32 @@ class _Interpreter:
         ptr.flat.index_put_((offsets.reshape(-1),), value.reshape(-1))
 
     def _op_atomic(self, op, ptr, value, mask=None):
-        # Each program of the chunk applies its atomic once, in program order: one valid
-        # serialisation of the launch. Round k applies every address's k-th atomic, so
-        # the addresses within a round are distinct.
         n = len(self.linear)
         offsets, value = ptr.offsets.expand(n), value.expand(n)
         offsets, mask = self._addresses(op, ptr, offsets, None if mask is None else mask.expand(n), "atomic")
+        self._set(op, self._serialised_add(ptr, offsets, value, mask))
+
+    def _op_red(self, op, ptr, value, mask=None):
+        shape = (len(self.linear),) + ptr.offsets.shape[1:]
+        offsets, value = ptr.offsets.expand(shape), value.expand(shape)
+        offsets, mask = self._addresses(op, ptr, offsets, None if mask is None else mask.expand(shape), "atomic")
+        if mask is not None:
+            offsets, value = offsets[mask], value[mask]
+        # no old values to give back, so one index_add_ (which adds every repeat) serves
+        ptr.flat.index_add_(0, offsets.reshape(-1), value.reshape(-1))
+
+    def _op_assert(self, op, cond):
+        if not bool(cond.all()):
+            message = op.attrs["message"] or "device_assert failed"
+            raise self._error(op, AssertionError, message)
+
+    def _serialised_add(self, ptr: _Ptr, offsets: torch.Tensor, value: torch.Tensor,
+                        mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """Apply the adds of 1-D ``value`` at ``offsets`` where ``mask``, in program order:
+        one valid serialisation of the launch. Returns the value each active element saw
+        before its add (0 where masked off). Round k applies every address's k-th add, so
+        the addresses within a round are distinct."""
+        n = len(offsets)
         active = torch.arange(n, device=self.device) if mask is None else mask.nonzero().flatten()
         where, add = offsets[active], value[active]
         old = torch.zeros_like(value)
@@ -439,7 +459,7 @@ class _Interpreter:
                 turn = rank == k
                 old[active[turn]] = ptr.flat[where[turn]]
                 ptr.flat[where[turn]] += add[turn]
-        self._set(op, old)
+        return old
 
     # ------------------------------------------------------------------ reductions
 

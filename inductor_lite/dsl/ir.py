@@ -32,6 +32,8 @@ bitcast          x                           -                              resu
 load             ptr (, mask (, other))      [cache_modifier, eviction_policy] pointee type
 store            ptr, value (, mask)         -                              none
 atomic           ptr, value (, mask)         op, sem, scope (ATOMIC_*)      old value (scalar)
+red              ptr, value (, mask)         op, sem, scope (ATOMIC_*)      none
+assert           cond                        message                        none
 cluster_gather   x (scalar)                  size (CLUSTER_SIZES)           [size] of x's type
 reduce           x                           axis, combine (REDUCE_KINDS)   x's shape less axis
 argreduce        x                           axis, combine ('argmax'|...)   i32 indices
@@ -72,6 +74,11 @@ Invariants the frontend guarantees (so backends need not handle the other cases)
 - ``atomic`` operands are scalars: a pointer to int32, int64, float32 or float64, a
   value of the pointee type and an optional int1 mask; the result (the old value, 0
   where masked off) has the pointee type.
+- ``red`` is the block form of ``atomic``: pointer, value and mask blocks of one
+  shape (the same pointee types); every active lane updates its address, lanes and
+  programs sharing one all applying their update, in an unspecified order.
+- ``assert``'s operand is an int1 block or scalar; the launch fails where a lane
+  is false (the interpreter raises ``AssertionError``, the GPU traps).
 - ``cluster_gather``'s operand is a non-pointer scalar; every ``cluster_gather`` of a
   function has the same ``size`` (`Function.cluster_size`), and its result is
   ``[size]`` of the operand's type.

@@ -106,9 +106,16 @@ def store(pointer: Any, value: Any, mask: Any = None) -> Any:
 @_builtin
 def atomic_add(pointer: Any, value: Any, mask: Any = None, sem: str = "acq_rel", scope: str = "gpu") -> Any:
     """Atomically add ``value`` to the scalar at ``pointer`` and return the value it
-    held before (0 where ``mask`` is false: nothing is added). One atomic per program:
-    ``pointer``, ``value`` and ``mask`` are scalars; the pointee is int32, int64,
-    float32 or float64. ``sem`` (``"relaxed"``, ``"acquire"``, ``"release"`` or
+    held before (0 where ``mask`` is false: nothing is added); the pointee is int32,
+    int64, float32 or float64.
+
+    Through a scalar pointer this is one atomic per program. Through a pointer block,
+    every lane where ``mask`` holds adds its element of ``value`` (``value`` and
+    ``mask`` broadcast to the pointer's shape) and nothing is returned (None): lanes
+    and programs that share an address all add, in an unspecified order (float sums
+    may differ in the last bits between runs), as Triton's ``tl.atomic_add`` with an
+    unused result (PTX ``red``; there ``"acquire"`` acts as ``"relaxed"`` and
+    ``"acq_rel"`` as ``"release"``, since no value is read). ``sem`` (``"relaxed"``, ``"acquire"``, ``"release"`` or
     ``"acq_rel"``) and ``scope`` (``"cta"``, ``"gpu"`` or ``"sys"``) are PTX's memory
     ordering, as in Triton; with ``"release"``/``"acq_rel"`` the program's earlier
     writes, by any of its threads, are visible to a program that acquires the new
@@ -116,6 +123,17 @@ def atomic_add(pointer: Any, value: Any, mask: Any = None, sem: str = "acq_rel",
     programs wrote before. That is enough for a counter that elects the last program
     of a group to combine the group's partial results."""
     raise _outside("atomic_add")
+
+
+@_builtin
+def device_assert(condition: Any, message: str = "") -> Any:
+    """Stop the launch with an error where any lane of ``condition`` (int1, a block or
+    a scalar) is false, as CUDA's ``assert`` (and Triton's ``tl.device_assert``): on
+    the GPU the kernel traps, which leaves the CUDA context unusable (the next
+    synchronising call raises, as after eager torch's device-side asserts); in the
+    interpreter it raises ``AssertionError`` naming the kernel and ``message`` (a
+    constant string)."""
+    raise _outside("device_assert")
 
 
 @_builtin

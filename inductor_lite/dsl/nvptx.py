@@ -385,6 +385,10 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
             self.lower_for(op)
         elif code == "store":
             self.lower_store(op)
+        elif code == "red":
+            self.lower_red(op)
+        elif code == "assert":
+            self.lower_assert(op)
         elif code == "yield":
             raise LoweringError("yield outside a for loop body")
         elif code in ("reduce", "argreduce", "welford_combine"):

@@ -304,6 +304,45 @@ class MemoryCodegen:
         self._shared_written = True
         return self.b.load(slot, typ=t, align=element_bytes(elem))
 
+    def lower_red(self, op: ir.Op) -> None:
+        """A block atomic: each register's PTX ``red`` (no old value), predicated by its
+        mask and, in replicated layouts, by owning the element (each lane adds once)."""
+        ptr, value = op.operands[0], op.operands[1]
+        mask = self._mask_operand(op.operands[2] if len(op.operands) > 2 else None)
+        elem = value.type.element
+        suffix, c = _ATOMIC_TYPE[elem]
+        sem = "release" if op.attrs["sem"] in ("release", "acq_rel") else "relaxed"
+        red = f"red.{sem}.{op.attrs['scope']}.global.{op.attrs['op']}.{suffix} [$0], $1;"
+        layout = self.plan.store_layout(op)
+        dist = distribute(layout, ptr.type.shape)
+        ptrs = self.regs(ptr, layout)
+        values = self.regs(value, layout)
+        preds = self.regs(mask, layout) if mask is not None else None
+        primary = self.primary(dist)
+        for g in range(dist.num_regs):
+            pred = preds[g] if preds else None
+            if primary is not None:
+                pred = primary if pred is None else self.b.and_(pred, primary)
+            args, constraints, asm = [ptrs[g], values[g]], ["l", c], red
+            if pred is not None:
+                args.append(pred)
+                constraints.append("b")
+                asm = "@$2 " + red
+            fty = llir.FunctionType(llir.VoidType(), [a.type for a in args])
+            self.b.call(llir.InlineAsm(fty, asm, ",".join(constraints + ["~{memory}"]), side_effect=True), args)
+
+    def lower_assert(self, op: ir.Op) -> None:
+        """``trap`` where a lane of the condition is false (the launch fails)."""
+        cond = op.operands[0]
+        if cond.type.is_scalar:
+            regs = [self.scalar(cond)]
+        else:
+            regs = self.regs(cond, self.plan.placed(cond) or self.plan.default(len(cond.type.shape)))
+        trap = self.declare("llvm.trap", llir.VoidType(), [])
+        for reg in regs:
+            with self.b.if_then(self.b.not_(reg), likely=False):
+                self.b.call(trap, [])
+
     def lower_cluster_gather(self, op: ir.Op, dist: Distribution) -> list[llir.Value]:
         """The registers of a ``cluster_gather``'s ``[size]`` result in ``dist`` (see the
         module docstring)."""

@@ -171,14 +171,14 @@ def _writes_between(body: list[ir.Op], first: ir.Op, later: ir.Op) -> bool:
     """Whether an op of ``body`` after ``first`` and before ``later`` (nested loops
     included) stores or is atomic, so ``later`` may read what ``first`` did not."""
     start, end = body.index(first), body.index(later)
-    return any(o.opcode in ("store", "atomic") for op in body[start + 1:end]
+    return any(o.opcode in ("store", "atomic", "red") for op in body[start + 1:end]
                for o in ([op] + (list(op.attrs["body"].walk()) if op.opcode == "for" else [])))
 
 
 def _has_atomic(loop: ir.Op) -> bool:
-    """Whether ``loop`` (nested loops included) holds an atomic, which orders the loads
+    """Whether ``loop`` (nested loops included) holds an atomic (scalar or block), which orders the loads
     after it: issuing them iterations ahead would break that."""
-    return any(o.opcode == "atomic" for o in loop.attrs["body"].walk())
+    return any(o.opcode in ("atomic", "red") for o in loop.attrs["body"].walk())
 
 
 def _candidates(loop: ir.Op, axis: dict):

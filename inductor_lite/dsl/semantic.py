@@ -649,9 +649,12 @@ def store(b: Builder, ptr: Any, value: Any, mask: Any = None) -> None:
 
 
 def atomic(b: Builder, op: str, ptr: Any, value: Any, mask: Any = None, sem: str = "acq_rel",
-           scope: str = "gpu") -> Tensor:
-    """A scalar atomic read-modify-write ``op`` (one of `ir.ATOMIC_OPS`) of ``value``
-    (cast to the pointee type) at ``ptr`` where ``mask``; returns the old value."""
+           scope: str = "gpu") -> Optional[Tensor]:
+    """An atomic read-modify-write ``op`` (one of `ir.ATOMIC_OPS`) of ``value`` (cast
+    to the pointee type) at ``ptr`` where ``mask``. Through a scalar pointer: one
+    ``atomic`` op, returning the old value. Through a pointer block: one ``red`` op
+    (every active lane updates its address, repeated addresses included), returning
+    None; ``value`` and ``mask`` broadcast to the pointer block's shape."""
     what = f"atomic_{op}"
     if sem not in ir.ATOMIC_SEMS:
         raise SemanticError(f"{what}: sem must be one of {', '.join(map(repr, ir.ATOMIC_SEMS))}; got {sem!r}")
@@ -661,15 +664,34 @@ def atomic(b: Builder, op: str, ptr: Any, value: Any, mask: Any = None, sem: str
     mask = _mask_operand(b, mask, what)
     _check_operand(value, f"{what}: value")
     _no_pointer(value, f"{what}'s value")
-    if any(isinstance(v, Tensor) and v.shape != () for v in (ptr, value, mask)):
-        raise SemanticError(f"{what}: pointer, value and mask must be scalars (one atomic per program); "
-                            f"block atomics are not supported")
     elem = ptr.element.element
     if elem not in ir.ATOMIC_DTYPES:
         allowed = ", ".join(t.name for t in ir.ATOMIC_DTYPES)
         raise SemanticError(f"{what}: the pointee must be {allowed}; got {elem.name}")
+    if ptr.shape != ():
+        shape = ptr.shape
+        others = [_shape_of(value)] + ([mask.shape] if mask is not None else [])
+        if broadcast_shapes(shape, *others) != shape or any(len(s) > len(shape) for s in others):
+            raise SemanticError(f"{what}: value {_describe(value)} and mask must broadcast to the pointer "
+                                f"block's shape {list(shape)}")
+        operands = [ptr, coerce(b, value, elem, shape)] + ([broadcast_to(b, mask, shape)] if mask is not None else [])
+        b.emit("red", operands, [], op=op, sem=sem, scope=scope)
+        return None
+    if any(isinstance(v, Tensor) and v.shape != () for v in (value, mask)):
+        raise SemanticError(f"{what}: through a scalar pointer, value and mask must be scalars")
     operands = [ptr, coerce(b, value, elem, ())] + ([mask] if mask is not None else [])
     return b.emit1("atomic", operands, BlockType(elem, ()), op=op, sem=sem, scope=scope)
+
+
+def device_assert(b: Builder, condition: Any, message: Any) -> None:
+    """Stop the launch with an error where any lane of ``condition`` (int1) is false
+    (`language.device_assert`)."""
+    if not isinstance(message, str):
+        raise SemanticError(f"device_assert: message must be a constant string, got {_describe(message)}")
+    cond = _mask_operand(b, condition, "device_assert")
+    if cond is None:
+        raise SemanticError("device_assert: condition must be an int1 block or scalar (a comparison)")
+    b.emit("assert", [cond], [], message=message)
 
 
 def cluster_gather(b: Builder, value: Any, size: Any) -> Tensor:

@@ -214,6 +214,18 @@ class _Verifier:
         self.expect(op, len(rest) == 0 or rest[0] == ptr.with_element(ir.int1), "mask type")
         self.expect(op, op.result.type == value, f"result {op.result.type!r}")
 
+    def op_red(self, op, ptr, value, *rest):
+        self.results(op, 0)
+        self.expect(op, op.attrs.get("op") in ir.ATOMIC_OPS and op.attrs.get("sem") in ir.ATOMIC_SEMS
+                    and op.attrs.get("scope") in ir.ATOMIC_SCOPES, f"attrs {op.attrs!r}")
+        self.expect(op, _is_ptr(ptr) and not ptr.is_scalar and ptr.element.element in ir.ATOMIC_DTYPES
+                    and value == ptr.with_element(ptr.element.element), f"value {value!r} for {ptr!r}")
+        self.expect(op, len(rest) == 0 or rest[0] == ptr.with_element(ir.int1), "mask type")
+
+    def op_assert(self, op, cond):
+        self.results(op, 0)
+        self.expect(op, cond.element == ir.int1 and isinstance(op.attrs.get("message"), str), f"operand {cond!r}")
+
     def op_cluster_gather(self, op, x):
         self.results(op, 1)
         size = op.attrs.get("size")
