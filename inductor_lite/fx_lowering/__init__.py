@@ -1,6 +1,6 @@
 """aten FX graph -> loop-level IR: `lowerings` (the op registry and shared helpers),
 one module of lowerings per op family (`pointwise`, `constructors`, `views`,
-`data_movement`, `indexing_ops`, `reductions`), `decompositions`, `graph` (the FX Interpreter)."""
+`data_movement`, `indexing_ops`, `reductions`, `pooling`), `decompositions`, `graph` (the FX Interpreter)."""
 
 # Importing the families registers their lowerings in `lowerings.LOWERINGS`.
-from . import constructors, data_movement, indexing_ops, pointwise, reductions, views  # noqa: F401
+from . import constructors, data_movement, indexing_ops, pointwise, pooling, reductions, views  # noqa: F401
