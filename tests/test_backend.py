@@ -320,6 +320,6 @@ def test_debug_dir_contents(tmp_path):
     assert sorted(f.rsplit("_", 1)[1] for f in folders) == ["bw", "fw"]
     for folder in folders:
         files = set(os.listdir(tmp_path / folder))
-        assert files == {"fx_graph.txt", "ir_pre_fusion.txt", "ir_post_fusion.txt", "output_code.py", "kernels"}
+        assert files == {"fx_graph.txt", "ir_pre_fusion.txt", "ir_post_fusion.txt", "memory_plan.txt", "output_code.py", "kernels"}
         assert "def call(args):" in (tmp_path / folder / "output_code.py").read_text()
         assert "aten" in (tmp_path / folder / "fx_graph.txt").read_text()
