@@ -583,6 +583,21 @@ class KernelCodegen(OpsHandler):
     def atan2(self, a, b):
         return self._binary("dl.atan2({a}, {b})", a, b)
 
+    def hypot(self, a, b):
+        return self._binary("dl.hypot({a}, {b})", a, b)
+
+    def copysign(self, a, b):
+        return self._binary("dl.copysign({a}, {b})", a, b)
+
+    def nextafter(self, a, b):
+        return self._binary("dl.nextafter({a}, {b})", a, b)
+
+    def bitwise_left_shift(self, a, b):
+        return self._binary("{a} << {b}", a, b)
+
+    def bitwise_right_shift(self, a, b):
+        return self._binary("{a} >> {b}", a, b)
+
     def _logical(self, op: str, a, b):
         for x, y in ((a, b), (b, a)):
             if x.is_literal:
@@ -650,15 +665,22 @@ class KernelCodegen(OpsHandler):
     def isinf(self, x):
         return self._unary("dl.isinf({x})", x, torch.bool)
 
+    def signbit(self, x):
+        return self._unary("dl.signbit({x})", x, torch.bool)
+
     def default(self, name: str, *args):
         if name in _MATH_FNS and len(args) == 1:
-            return self._unary(f"dl.{name}({{x}})", args[0])
+            return self._unary(f"dl.{_MATH_FNS[name]}({{x}})", args[0])
         return super().default(name, *args)
 
 
 _FOLD = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-_MATH_FNS = ("abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh",
-             "erf", "sin", "cos", "tan", "floor", "ceil", "trunc", "round")
+# ops.<name> -> dl.<name>: the same name, but libdevice's for the Bessel functions
+_MATH_FNS = {name: name for name in (
+    "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "sin",
+    "cos", "tan", "floor", "ceil", "trunc", "round", "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh",
+    "atanh", "erfc", "erfcx", "erfinv", "lgamma",
+)} | {"i0": "cyl_bessel_i0", "i1": "cyl_bessel_i1"}
 
 
 def _result_dtypes(reduction_type: str, dtype: torch.dtype) -> tuple[torch.dtype, ...]:

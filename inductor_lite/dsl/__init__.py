@@ -26,3 +26,14 @@ __all__ = [
     "program_id", "reshape", "round", "rsqrt", "sigmoid", "sin", "sqrt", "static_range", "store", "sum",
     "tan", "tanh", "trunc", "uint8", "welford", "welford_combine", "where", "zeros",
 ]
+
+# libdevice math beyond the basics (Triton's ``tl.math``/libdevice names)
+from .language import (  # noqa: E402
+    acos, acosh, asin, asinh, atan, atanh, copysign, cosh, cyl_bessel_i0, cyl_bessel_i1, erfc, erfcx, erfinv,
+    hypot, lgamma, nextafter, signbit, sinh,
+)
+
+__all__ += [
+    "acos", "acosh", "asin", "asinh", "atan", "atanh", "copysign", "cosh", "cyl_bessel_i0", "cyl_bessel_i1",
+    "erfc", "erfcx", "erfinv", "hypot", "lgamma", "nextafter", "signbit", "sinh",
+]

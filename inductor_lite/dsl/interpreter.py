@@ -56,6 +56,10 @@ _UNARY = {
     "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
     "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
     "isnan": torch.isnan, "isinf": torch.isinf,
+    "acos": torch.acos, "asin": torch.asin, "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh,
+    "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh, "erfc": torch.erfc,
+    "erfcx": torch.special.erfcx, "erfinv": torch.erfinv, "lgamma": torch.lgamma, "cyl_bessel_i0": torch.i0,
+    "cyl_bessel_i1": torch.special.i1, "signbit": torch.signbit,
 }
 def _float_fmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """C ``fmod`` (exact, as libdevice's). torch's vectorized float32 CPU fmod is not: it
@@ -67,7 +71,8 @@ def _float_fmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.fmod(a.double(), b.double()).to(a.dtype)
 
 
-_BINARY_MATH = {"pow": torch.pow, "atan2": torch.atan2, "fmod": _float_fmod, "fast_dividef": torch.div}
+_BINARY_MATH = {"pow": torch.pow, "atan2": torch.atan2, "fmod": _float_fmod, "fast_dividef": torch.div,
+                "hypot": torch.hypot, "copysign": torch.copysign, "nextafter": torch.nextafter}
 _SIMPLE_BINARY = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
     "and": torch.bitwise_and, "or": torch.bitwise_or, "xor": torch.bitwise_xor,

@@ -65,8 +65,9 @@ Invariants the frontend guarantees (so backends need not handle the other cases)
   (sign of the dividend, as Triton's ``%``); ``and or xor shl shr`` are integer-only;
   ``add sub mul`` etc. never see int1 (the frontend widens to int32 first), while
   ``and or xor`` and ``math not`` (bitwise complement) do.
-- ``math``: ``isnan``/``isinf`` give int1; ``round`` rounds half to even (torch.round,
-  libdevice ``rint``); ``pow``/``atan2``/``fmod``/``fast_dividef`` take two operands of one float type;
+- ``math``: ``isnan``/``isinf``/``signbit`` give int1; ``round`` rounds half to even (torch.round,
+  libdevice ``rint``); ``pow``/``atan2``/``fmod``/``fast_dividef``/``hypot``/``copysign``/``nextafter``
+  take two operands of one float type;
   ``neg`` and ``abs`` take floats or integers, ``not`` integers only (bitwise
   complement, logical not on int1), the others floats only.
 - ``load`` with a mask always has ``other`` (already of the pointee type); all operands
@@ -128,6 +129,9 @@ MATH_FNS = (
     "neg", "not", "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt",
     "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil",
     "round", "trunc", "pow", "atan2", "fmod", "fast_dividef", "isnan", "isinf",
+    "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfcx",
+    "erfinv", "lgamma", "cyl_bessel_i0", "cyl_bessel_i1", "signbit", "hypot", "copysign",
+    "nextafter",
 )
 REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
 CLUSTER_SIZES = (2, 4, 8)

@@ -223,6 +223,27 @@ fast_dividef = _math2_stub(
     "    one reciprocal and one multiply (``div.approx.f32``), within 2 ulp for 2**-126 <= |y| < 2**126\n"
     "    (outside it the result may be 0 or lose accuracy); exact division in fp64 and in the interpreter.",
 )
+acos = _math_stub("acos", "Arc cosine, radians in [0, pi]; NaN outside [-1, 1].")
+asin = _math_stub("asin", "Arc sine, radians in [-pi/2, pi/2]; NaN outside [-1, 1].")
+atan = _math_stub("atan", "Arc tangent, radians in [-pi/2, pi/2].")
+sinh = _math_stub("sinh", "Hyperbolic sine.")
+cosh = _math_stub("cosh", "Hyperbolic cosine.")
+asinh = _math_stub("asinh", "Inverse hyperbolic sine.")
+acosh = _math_stub("acosh", "Inverse hyperbolic cosine; NaN below 1.")
+atanh = _math_stub("atanh", "Inverse hyperbolic tangent; +-inf at +-1, NaN outside [-1, 1].")
+erfc = _math_stub("erfc", "1 - erf(x), accurate where erf(x) is near 1.")
+erfcx = _math_stub("erfcx", "Scaled complementary error function exp(x**2) * erfc(x).")
+erfinv = _math_stub("erfinv", "Inverse error function; +-inf at +-1, NaN outside [-1, 1].")
+lgamma = _math_stub("lgamma", "log(|gamma(x)|); +inf at the poles 0, -1, -2, ...")
+cyl_bessel_i0 = _math_stub("cyl_bessel_i0", "Modified Bessel function of the first kind, order 0 (torch.i0).")
+cyl_bessel_i1 = _math_stub("cyl_bessel_i1", "Modified Bessel function of the first kind, order 1 "
+                                            "(torch.special.i1).")
+signbit = _math_stub("signbit", "int1: the sign bit of x is set (true for -0.0 and negative NaNs; "
+                                "x < 0 for integers).")
+hypot = _math2_stub("hypot", "sqrt(x**2 + y**2) without overflow or underflow in between.")
+copysign = _math2_stub("copysign", "|x| with the sign bit of y.")
+nextafter = _math2_stub("nextafter", "The next representable value after x toward y, in x's float type "
+                                     "(the operands' common float type; halves are computed in fp32).")
 
 
 @_builtin

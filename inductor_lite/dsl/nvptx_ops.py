@@ -325,6 +325,9 @@ class ScalarCodegen:
             raise LoweringError(f"math {fn} needs a float operand, got {t} (the frontend casts first)")
         if fn == "isnan":
             return b.fcmp_unordered("uno", x, x, name=name)
+        if fn == "signbit":  # the sign bit itself: true for -0.0 and negative NaNs too
+            bits = b.bitcast(x, I64 if x.type == F64 else I32)
+            return b.icmp_signed("<", bits, llir.Constant(bits.type, 0), name=name)
         if fn == "isinf":
             absx = self.call(f"llvm.fabs.{'f32' if x.type == F32 else 'f64'}", x.type, [x])
             return b.fcmp_ordered("==", absx, llir.Constant(x.type, float("inf")), name=name)
@@ -345,7 +348,11 @@ class ScalarCodegen:
         names = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log1p": "log1p",
                  "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh", "erf": "erf",
                  "floor": "floor", "ceil": "ceil", "round": "rint", "trunc": "trunc", "pow": "pow",
-                 "atan2": "atan2", "fmod": "fmod"}
+                 "atan2": "atan2", "fmod": "fmod", "acos": "acos", "asin": "asin", "atan": "atan", "sinh": "sinh",
+                 "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "erfc": "erfc",
+                 "erfcx": "erfcx", "erfinv": "erfinv", "lgamma": "lgamma", "cyl_bessel_i0": "cyl_bessel_i0",
+                 "cyl_bessel_i1": "cyl_bessel_i1", "hypot": "hypot", "copysign": "copysign",
+                 "nextafter": "nextafter"}
         if fn not in names:
             raise LoweringError(f"unknown math function {fn!r}")
         return self.libdevice(names[fn], list(args), x.type)

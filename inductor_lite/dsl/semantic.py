@@ -44,7 +44,8 @@ _SYMBOLS = {
 _ARITH = {"add", "sub", "mul", "truediv", "floordiv", "mod", "maximum", "minimum"}
 _INTEGER_ONLY = {"and", "or", "xor", "shl", "shr", "floordiv"}
 _FLOAT_FNS = {"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos",
-              "tan", "tanh", "sigmoid", "erf"}
+              "tan", "tanh", "sigmoid", "erf", "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh",
+              "atanh", "erfc", "erfcx", "erfinv", "lgamma", "cyl_bessel_i0", "cyl_bessel_i1"}
 _ROUNDING_FNS = {"floor", "ceil", "round", "trunc"}
 
 
@@ -495,12 +496,14 @@ def where(b: Builder, condition: Any, x: Any, y: Any) -> Tensor:
 def math1(b: Builder, fn: str, x: Any) -> Tensor:
     """One-operand math function ``fn`` (see `ir.MATH_FNS`): integers go to float32
     for the transcendental functions, halves to fp32, rounding is the identity on
-    integers, isnan/isinf give int1."""
+    integers, isnan/isinf/signbit give int1 (signbit of an integer is ``x < 0``)."""
     _check_operand(x, f"dl.{fn}")
     x = to_tensor(b, x)
     _no_pointer(x, f"dl.{fn}")
     d = x.element
-    if fn in ("isnan", "isinf"):
+    if fn == "signbit" and d.is_integer and d.is_signed:
+        return compare(b, "lt", x, 0)
+    if fn in ("isnan", "isinf", "signbit"):
         if d.is_integer:
             return constant(b, False, x.type.with_element(int1))
         x = cast(b, x, float32) if _is_half(d) else x
@@ -513,7 +516,8 @@ def math1(b: Builder, fn: str, x: Any) -> Tensor:
 
 
 def math2(b: Builder, fn: str, x: Any, y: Any) -> Tensor:
-    """Two-operand math function (pow, atan2, fmod, fast_dividef), computed in a float type."""
+    """Two-operand math function (pow, atan2, fmod, fast_dividef, hypot, copysign, nextafter),
+    computed in a float type."""
     _check_operand(x, f"dl.{fn}")
     _check_operand(y, f"dl.{fn}")
     _no_pointer(x, f"dl.{fn}")

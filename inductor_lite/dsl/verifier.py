@@ -12,8 +12,10 @@ from .ir import BlockType, PointerType
 _HALF = (ir.float16, ir.bfloat16)
 _FLOAT_ONLY_FNS = {"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
                    "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "isnan", "isinf",
-                   "pow", "atan2", "fmod", "fast_dividef"}
-_TWO_OPERAND_FNS = {"pow", "atan2", "fmod", "fast_dividef"}
+                   "pow", "atan2", "fmod", "fast_dividef", "acos", "asin", "atan", "sinh", "cosh", "asinh",
+                   "acosh", "atanh", "erfc", "erfcx", "erfinv", "lgamma", "cyl_bessel_i0", "cyl_bessel_i1",
+                   "signbit", "hypot", "copysign", "nextafter"}
+_TWO_OPERAND_FNS = {"pow", "atan2", "fmod", "fast_dividef", "hypot", "copysign", "nextafter"}
 _INTEGER_ONLY_OPS = {"floordiv", "and", "or", "xor", "shl", "shr"}
 
 
@@ -160,7 +162,7 @@ class _Verifier:
             self.expect(op, x.element.is_floating, f"{fn} on {x!r}")
         if fn == "not":
             self.expect(op, x.element.is_integer, f"not on {x!r}")
-        want = x.with_element(ir.int1) if fn in ("isnan", "isinf") else x
+        want = x.with_element(ir.int1) if fn in ("isnan", "isinf", "signbit") else x
         self.expect(op, op.result.type == want, f"result {op.result.type!r}, expected {want!r}")
 
     def op_select(self, op, c, a, b):

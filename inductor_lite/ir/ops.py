@@ -25,8 +25,12 @@ Vocabulary (all handlers implement these):
 - ``to_dtype(x, dtype)``; ``where(cond, a, b)``;
   ``masked(mask, body, other)``: ``body()`` where ``mask`` holds (loads inside it
   are masked), ``other`` elsewhere.
-- unary `UNARY_OPS` (``round`` is half-to-even, as torch.round), binary
-  `BINARY_OPS`, comparisons `COMPARE_OPS` (result bool).
+- unary `UNARY_OPS` (``round`` is half-to-even, as torch.round; ``signbit`` gives
+  bool), binary `BINARY_OPS`, comparisons `COMPARE_OPS` (result bool). The math
+  ops (``acos`` ... ``i1``, ``hypot``, ``copysign``, ``nextafter``) take floats
+  and are torch's functions of the same name (``i1`` is ``torch.special.i1``);
+  shifts take integers and give 0 (left) or the sign fill (right) for a shift
+  count outside ``[0, bits)``, as torch.
   ``floordiv``/``remainder`` follow Python (floor) semantics, ``truncdiv``/``fmod``
   follow C (truncation) semantics, as in torch.
 """
@@ -44,11 +48,14 @@ UNARY_OPS = (
     "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt",
     "sigmoid", "tanh", "erf", "sin", "cos", "tan", "floor", "ceil", "trunc", "round",
     "isnan", "isinf", "logical_not", "bitwise_not",
+    "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfcx", "erfinv",
+    "lgamma", "i0", "i1", "signbit",
 )
 BINARY_OPS = (
     "add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "fmod",
     "maximum", "minimum", "pow", "atan2", "logical_and", "logical_or", "logical_xor",
-    "bitwise_and", "bitwise_or", "bitwise_xor",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
+    "hypot", "copysign", "nextafter",
 )
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
 SPECIAL_OPS = ("load", "constant", "index_expr", "indirect_indexing", "to_dtype", "where", "masked")
