@@ -91,12 +91,17 @@ def _broadcast_sizes(sizes: Sequence[Sequence[Expr]]) -> list[Expr]:
     return out
 
 
-@register_lowering(aten.index.Tensor)
+@register_lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
 def _lower_index(ctx, x, indices: Sequence[Optional[IRNode]]):
     """Advanced indexing ``x[i0, :, i2, ...]`` with integer index tensors (``None`` for
     a dimension taken whole). The index tensors broadcast to one shape ``B``; as in
     numpy, ``B`` replaces the indexed dimensions where they are adjacent, and comes
-    first otherwise. Bool masks (data-dependent sizes) stay extern."""
+    first otherwise. Bool masks (data-dependent sizes) stay extern.
+
+    ``_unsafe_index`` (what the nearest and bilinear upsample decompositions gather
+    with, at positions they computed in range) skips the bounds check, as in
+    TorchInductor."""
+    check = ctx.node.target is not aten._unsafe_index.Tensor
     x_size = x.get_size()
     dims = [d for d, t in enumerate(indices) if t is not None]
     if not dims or len(indices) > len(x_size):
@@ -118,7 +123,8 @@ def _lower_index(ctx, x, indices: Sequence[Optional[IRNode]]):
         for d in range(len(x_size)):
             if d in loaders:
                 load, size = loaders[d]
-                src.append(ops.indirect_indexing(load(broadcast_index(position, size, index_shape)), x_size[d]))
+                src.append(ops.indirect_indexing(load(broadcast_index(position, size, index_shape)), x_size[d],
+                                                  check=check))
             else:
                 src.append(next(kept))
         return load_x(src)
