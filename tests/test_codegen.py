@@ -204,8 +204,6 @@ def test_wrapper_lines_use_the_fast_runtime_helpers():
     call = src[src.index("def call(args):"):]
     assert "aten_mm_default = direct_op(aten.mm.default)" in src
     assert "buf0 = aten_mm_default(x_1, reinterpret_tensor(w_1, (5, 3), (1, 5), 0))" in call
-    assert "    if buf0.stride() != (3, 1) or buf0.size() != (4, 3):\n" in call
-    assert "        buf0 = ensure_strides(buf0, (4, 3), (3, 1))\n" in call
     assert "empty_strided_cpu((3,), (1,), torch.float32)" in call  # the (relu fused into) sum's output
     assert "aten." not in call and "torch.device" not in call and "with " not in call
 
@@ -243,17 +241,96 @@ def test_graph_on_two_cuda_devices_allocates_with_explicit_devices():
     assert "device=device_0, dtype=torch.float32)" in call and "device=device_1, dtype=torch.float32)" in call
 
 
+@torch.library.custom_op("inductor_lite_test::follow_layout", mutates_args=())
+def follow_layout(x: torch.Tensor) -> torch.Tensor:
+    """``x + 1`` laid out like ``x`` (``empty_like`` semantics): an extern whose output strides follow its input."""
+    return x + 1
+
+
+@follow_layout.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
 def test_extern_output_with_unexpected_strides_is_copied_to_the_assumed_layout(poison_empty):
-    fn = lambda x, w: ((x @ w) * 2, x @ w)  # noqa: E731
-    x, w = torch.randn(6, 5), torch.randn(5, 7)
-    code = build(fn, x, w)
+    fn = lambda x: (follow_layout(x) * 2, follow_layout(x))  # noqa: E731
+    x = torch.randn(6, 7)
+    code = build(fn, x)
     call, namespace = load_module(code)
     # a column-major result: what a backend kernel could return where the meta function said row-major
-    namespace["aten_mm_default"] = lambda a, b: torch.mm(a, b).t().contiguous().t()
-    outs = call([x, w])
-    for got, expected in zip(outs, fn(x, w)):
+    namespace["torch_ops_inductor_lite_test_follow_layout_default"] = lambda a: (a + 1).t().contiguous().t()
+    outs = call([x])
+    for got, expected in zip(outs, fn(x)):
         torch.testing.assert_close(got, expected)
         assert got.stride() == expected.stride()
+
+
+def test_extern_outputs_with_fixed_layouts_are_not_checked_at_run_time(poison_empty):
+    """mm, addmm, bmm and a convolution of contiguous tensors always return row-major
+    results: no stride check after them; the values still match eager."""
+    def fn(x, w, b, y, img, k):
+        h = torch.addmm(b, x, w.t()).relu()
+        return h @ w, torch.bmm(y, y.transpose(1, 2)) + 1, F.conv2d(img, k) * 2
+
+    inputs = [torch.randn(4, 5), torch.randn(5, 5), torch.randn(5), torch.randn(3, 4, 6), torch.randn(2, 3, 8, 8),
+              torch.randn(4, 3, 3, 3)]
+    code = build(fn, *inputs)
+    assert code.stride_checks == []
+    assert "ensure_strides(" not in code.source[code.source.index("def call(args):"):]
+    outs, _ = run(code, *inputs)
+    for got, expected in zip(outs, fn(*inputs)):
+        torch.testing.assert_close(got, expected)
+        assert got.stride() == expected.stride()
+
+
+def test_extern_outputs_whose_layout_follows_an_input_are_checked(poison_empty):
+    x = torch.randn(6, 7)
+    code = build(lambda x: follow_layout(x.t()) * 2, x)
+    assert len(code.stride_checks) == 1
+    outs, _ = run(code, x)
+    torch.testing.assert_close(outs[0], (x.t() + 1) * 2)
+    # convolution over a channels-last input: the backend decides the output's memory format
+    img, k = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last), torch.randn(4, 3, 3, 3)
+    code = build(lambda img, k: F.conv2d(img, k) * 2, img, k)
+    assert len(code.stride_checks) == 1
+    # flash attention's output is laid out like the query, its log-sum-exp from sizes alone
+    q = torch.randn(2, 8, 3, 16).transpose(1, 2)
+    code = build(lambda q: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, q, q), q)
+    assert len(code.stride_checks) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_cuda_externs_without_stride_checks_match_eager(poison_empty, dtype):
+    def fn(x, w, img, k, q):
+        attention = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return torch.addmm(w[0], x, w).relu() @ w, F.conv2d(img, k) * 2, attention * 2
+
+    inputs = [torch.randn(*s, device="cuda", dtype=dtype) for s in
+              ((16, 32), (32, 32), (2, 3, 16, 16), (8, 3, 3, 3), (2, 4, 64, 32))]
+    code = build(fn, *inputs)
+    assert len(code.stride_checks) <= 1  # only a flash attention output, laid out like its query
+    outs, _ = run(code, *inputs)
+    tolerance = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.float16 else {}
+    for got, expected in zip(outs, fn(*inputs)):
+        torch.testing.assert_close(got, expected, **tolerance)
+        assert got.stride() == expected.stride()
+
+
+def test_fixed_layout_rule():
+    from inductor_lite.fx_lowering.extern_layouts import fixed_layout
+    from inductor_lite.ir.nodes import Layout
+
+    aten = torch.ops.aten
+    row_major = Layout(torch.device("cpu"), torch.float32, [4, 3], [3, 1])
+    column_major = Layout(torch.device("cpu"), torch.float32, [4, 3], [1, 4])
+    assert fixed_layout(aten.mm.default, [], None, row_major)
+    assert not fixed_layout(aten.mm.default, [], None, column_major)  # not what mm returns: keep checking
+    assert fixed_layout(aten.mm.default, [], None, Layout(torch.device("cpu"), torch.float32, [1, 3], [7, 1]))
+    assert not fixed_layout(aten.cumsum.default, [], None, row_major)
+    assert not fixed_layout(aten._scaled_dot_product_flash_attention.default, [], 0, row_major)
+    assert fixed_layout(aten._scaled_dot_product_flash_attention.default, [], 1, row_major)
+    assert fixed_layout(aten._scaled_dot_product_efficient_attention.default, [], 0, column_major)
 
 
 def test_ensure_strides():

@@ -14,12 +14,14 @@ one function::
             launch_poi_fused_add_0(primals_1, primals_2, buf0, 16*s0)
             del primals_2
             buf1 = aten_mm_default(buf0, reinterpret_tensor(primals_1, (16, s0), (1, 16), 0))
-            if buf1.stride() != (s0, 1) or buf1.size() != (s0, s0):
-                buf1 = ensure_strides(buf1, (s0, s0), (s0, 1))
-            buf2 = buf0; del buf0  # reuse
-            launch_poi_fused_relu_1(buf1, buf2, 16*s0)
+            buf2 = aten_cumsum_default(buf1, 1)   # its layout follows buf1's: checked
+            if buf2.stride() != (s0, 1) or buf2.size() != (s0, s0):
+                buf2 = ensure_strides(buf2, (s0, s0), (s0, 1))
+            del buf1
+            buf3 = buf0; del buf0  # reuse
+            launch_poi_fused_relu_1(buf2, buf3, 16*s0)
             ...
-            return (buf2, s0)
+            return (buf3, s0)
 
 The body is first built as a list of lines: code strings, and the allocation, free and
 reuse lines of `memory_planning`, which plans buffer reuse (``# reuse``) and in-place
@@ -27,9 +29,10 @@ kernels (``# reuse buf3 in place``) before any text is written.
 
 Every line is kept cheap, since ``call`` runs hundreds of them per training step:
 allocations, views and extern calls go through the C++ entry points in
-`runtime_helpers` (no Python argument parsing, no ``OpOverload.__call__`` frame), and an
+`runtime_helpers` (no Python argument parsing, no ``OpOverload.__call__`` frame). An
 extern output's layout is compared inline with the one compile time assumed (a call
-to ``ensure_strides`` only on a mismatch). A CPU graph has no device guard and
+to ``ensure_strides`` only on a mismatch), except where the op fixes it (``mm`` and
+the like: `fx_lowering.extern_layouts` decides at lowering, ``fixed_layout``). A CPU graph has no device guard and
 allocates with ``empty_strided_cpu``; allocations on a CUDA device other than the
 guarded one use ``empty_strided(..., device=...)``.
 
@@ -81,6 +84,7 @@ class WrapperCode:
     kernels: list[KernelSource]
     constants: dict[str, torch.Tensor]
     memory_plan: Optional[MemoryPlan] = None
+    stride_checks: list[str] = dataclasses.field(default_factory=list)  # extern outputs checked after the call
 
 
 class _Writer:
@@ -120,6 +124,7 @@ class WrapperCodegen:
         self.used_symbols: set[sympy.Symbol] = set()
         self.donors = self._reusable_buffers()  # buffers whose storage planning may hand on
         self.memory_plan: Optional[MemoryPlan] = None
+        self.stride_checks: list[str] = []  # extern outputs whose layout `call` checks
 
     def _expr(self, expr) -> str:
         """Python source of an integer expression; remembers its size symbols."""
@@ -260,6 +265,8 @@ class WrapperCodegen:
             self.out.memory(ExternAllocationLine(step, BufferSpec.of(buf.name, buf.layout)))
         if buf.layout is not None:
             self._define_symbols(buf.name, self.graph.symbol_sources)
+        if buf.layout is not None and not buf.fixed_layout:
+            self.stride_checks.append(buf.name)
             size, stride = self._shape(buf.layout.size), self._shape(buf.layout.stride)
             # stride first: the likelier mismatch; ensure_strides re-checks both
             self.out.line(f"if {buf.name}.stride() != {stride} or {buf.name}.size() != {size}:")
@@ -415,7 +422,7 @@ def generate_wrapper(graph, scheduler: Scheduler, title: str) -> WrapperCode:
     """
     gen = WrapperCodegen(graph, scheduler)
     gen.generate()
-    return WrapperCode(gen.source(title), gen.kernels, dict(graph.constants), gen.memory_plan)
+    return WrapperCode(gen.source(title), gen.kernels, dict(graph.constants), gen.memory_plan, gen.stride_checks)
 
 
 def load_module(code: WrapperCode, kernel_debug_dir: Optional[str] = None) -> tuple[Callable, dict]:

@@ -40,6 +40,7 @@ from ..ir.nodes import (
     Pointwise, ReinterpretView, StorageBox, StridedInfo, as_strided_view, underlying_buffer,
 )
 from . import reductions  # noqa: F401 - registers the reduction lowerings
+from .extern_layouts import fixed_layout
 from .lowerings import LOWERINGS, LoweringContext, NoLowering, lazy_origins, op_short_name
 from ..ir.ops import OpsHandler, set_ops_handler
 
@@ -325,10 +326,12 @@ class GraphLowering(torch.fx.Interpreter):
         """The output of a node that has no elements: only allocated (an ``empty_strided``
         call), so no later stage sees a kernel over zero elements. Not counted as a fallback."""
         layout = _layout_of(val)
-        return self.register_buffer(ExternKernel(
+        buffer = ExternKernel(
             self.new_name(), layout, torch.ops.aten.empty_strided.default, [layout.size, layout.stride],
             {"dtype": val.dtype, "device": val.device}, {self.current_node.name: "empty"},
-        ))
+        )
+        buffer.fixed_layout = True
+        return self.register_buffer(buffer)
 
     def make_extern(self, target, args, kwargs, reason: str = "no lowering") -> Any:
         """An `ExternKernel` calling ``target`` on realized inputs."""
@@ -355,6 +358,7 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(val, torch.Tensor):
             buffer = ExternKernel(self.new_name(), _layout_of(val), target, args, kwargs, origins,
                                   val.storage_offset())
+            buffer.fixed_layout = fixed_layout(target, args, None, buffer.layout)
             self.register_buffer(buffer)
             self._add_symbol_sources(buffer.name, val)
             return buffer
@@ -376,7 +380,9 @@ class GraphLowering(torch.fx.Interpreter):
                 continue
             if not isinstance(v, torch.Tensor):
                 raise NotImplementedError(f"extern {target} output {i} is a {type(v).__name__}")
-            out = self.register_buffer(MultiOutput(self.new_name(), _layout_of(v), parent, i, v.storage_offset()))
+            out = MultiOutput(self.new_name(), _layout_of(v), parent, i, v.storage_offset())
+            out.fixed_layout = fixed_layout(target, args, i, out.layout)
+            self.register_buffer(out)
             self._add_symbol_sources(out.name, v)
             outputs.append(out)
         return outputs

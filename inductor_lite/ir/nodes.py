@@ -272,6 +272,9 @@ class ExternKernel(Buffer):
     ``layout`` is the output's layout for a single-tensor result; for a tuple/list
     result it is None and each tensor element is a `MultiOutput`.
     ``storage_offset`` is the output's storage offset per ``meta['val']``.
+    ``fixed_layout``: the real output is always laid out as ``layout`` says, so the
+    wrapper checks no strides after the call (the lowering decides, see
+    `fx_lowering.extern_layouts`).
     """
 
     def __init__(self, name: str, layout: Optional[Layout], op: Any, args: Sequence, kwargs: dict,
@@ -281,6 +284,7 @@ class ExternKernel(Buffer):
         self.args = list(args)
         self.kwargs = dict(kwargs)
         self.storage_offset = as_expr(storage_offset)
+        self.fixed_layout = False
 
     @property
     def op_name(self) -> str:
@@ -296,7 +300,7 @@ class ExternKernel(Buffer):
 
 
 class MultiOutput(Buffer):
-    """Element ``index`` of a multi-output `ExternKernel`'s result."""
+    """Element ``index`` of a multi-output `ExternKernel`'s result (``fixed_layout`` as there)."""
 
     def __init__(self, name: str, layout: Layout, parent: ExternKernel, index: int,
                  storage_offset: Expr = sympy.Integer(0)):
@@ -304,6 +308,7 @@ class MultiOutput(Buffer):
         self.parent = parent
         self.index = index
         self.storage_offset = as_expr(storage_offset)
+        self.fixed_layout = False
 
 
 class ReinterpretView(LayoutNode):
