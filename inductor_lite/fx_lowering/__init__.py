@@ -1,6 +1,9 @@
 """aten FX graph -> loop-level IR: `lowerings` (the op registry and shared helpers),
-one module of lowerings per op family (`pointwise`, `constructors`, `views`,
-`data_movement`, `indexing_ops`, `reductions`, `pooling`), `decompositions`, `graph` (the FX Interpreter)."""
+one module of lowerings per op family (`pointwise`, `pointwise_math`, `constructors`,
+`views`, `data_movement`, `indexing_ops`, `reductions`, `pooling`), `decompositions`,
+`graph` (the FX Interpreter)."""
 
 # Importing the families registers their lowerings in `lowerings.LOWERINGS`.
-from . import constructors, data_movement, indexing_ops, pointwise, pooling, reductions, views  # noqa: F401
+from . import (  # noqa: F401
+    constructors, data_movement, indexing_ops, pointwise, pointwise_math, pooling, reductions, views,
+)

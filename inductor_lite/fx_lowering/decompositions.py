@@ -6,7 +6,10 @@ backwards, addcmul & co., and (as TorchInductor does) softmax, log_softmax and
 ``_safe_softmax`` with their backwards, LayerNorm, RMSNorm, GroupNorm and BatchNorm
 (training and inference) with their backwards, ``nll_loss`` forward and backward
 (cross-entropy reaches the graph as log_softmax + nll_loss), ``logsumexp`` and vector
-norms. Their pieces (``amax``, ``sum``, ``var_mean``, ``exp``, ...) lower to
+norms, and the pointwise losses (MSE, smooth L1, Huber, binary cross-entropy with and
+without logits, soft margin: ``reduction`` none, mean or sum) and math composites
+(``sinc``, ``logaddexp``, ``heaviside``, ``ldexp``, ``xlog1py``, ``log_ndtr``, ...)
+as Inductor decomposes them. Their pieces (``amax``, ``sum``, ``var_mean``, ``exp``, ...) lower to
 `Reduction` and `Pointwise` nodes that the scheduler fuses into one kernel per row
 pattern. Matmuls, convolution, attention and embedding stay whole and become extern
 calls. GELU, SiLU, sigmoid/tanh backward, threshold backward and dropout backward have
@@ -74,6 +77,29 @@ DECOMPOSED_OPS = [
     aten.softplus_backward,
     aten.softshrink,
     aten.xlogy,
+    # pointwise losses; l1_loss is CompositeImplicitAutograd and never reaches the table
+    aten.binary_cross_entropy,
+    aten.binary_cross_entropy_backward,
+    aten.binary_cross_entropy_with_logits,
+    aten.huber_loss,
+    aten.log_sigmoid_forward,
+    aten.mse_loss,
+    aten.smooth_l1_loss,
+    aten.soft_margin_loss,
+    aten.soft_margin_loss_backward,
+    # math composites of ops with lowerings
+    aten.heaviside,
+    aten.isneginf,
+    aten.isposinf,
+    aten.ldexp,
+    aten.logaddexp,
+    aten.logaddexp2,
+    aten.mvlgamma,
+    aten.rad2deg,
+    aten.sinc,
+    aten.special_entr,
+    aten.special_log_ndtr,
+    aten.special_xlog1py,
 ]
 
 

@@ -1,0 +1,164 @@
+"""Lowerings of the pointwise math functions beyond arithmetic and the basic
+transcendentals (those live in `pointwise`): inverse trigonometric and hyperbolic
+functions, error, gamma and Bessel functions, ``digamma``, ``hypot``/``copysign``/
+``nextafter``/``fmax``/``fmin``, ``signbit``, ``round(decimals=)`` and bitwise shifts.
+
+Where libdevice has the function it is one ``ops`` call (one DSL math call, one
+``__nv_*`` call on the GPU, torch's own function in the interpreter). ``digamma``,
+which libdevice lacks, is composed from ``ops`` after ATen's ``calc_digamma``; the
+rest follows the formulas ATen's CPU kernels use, so edge values (NaN, +-inf,
+-0.0, poles) match eager.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
+
+from ..ir.ops import ops
+from .lowerings import NoLowering, const, make_pointwise, register_lowering, register_pointwise
+
+aten = torch.ops.aten
+
+
+def _unary(op: str):
+    return lambda dt, x: getattr(ops, op)(x)
+
+
+# ops.<name> for aten.<name>; integers compute in the default float dtype, as torch.
+for _name in ("acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfinv", "lgamma",
+              "i0"):
+    register_pointwise([getattr(aten, _name).default], _unary(_name), Kind.INT_TO_FLOAT)
+register_pointwise([aten.special_i1.default], _unary("i1"), Kind.INT_TO_FLOAT)
+register_pointwise([aten.special_erfcx.default], _unary("erfcx"), Kind.INT_TO_FLOAT)
+
+
+def _signbit(dt, x):
+    """The sign bit: set for -0.0 and negative NaNs; ``x < 0`` for signed integers."""
+    if dt.is_floating_point:
+        return ops.signbit(x)
+    if dt == torch.bool or not dt.is_signed:
+        return const(False, torch.bool)
+    return ops.lt(x, const(0, dt))
+
+
+register_pointwise([aten.signbit.default], _signbit, Kind.ALWAYS_BOOL)
+register_pointwise([aten.copysign.Tensor, aten.copysign.Scalar], lambda dt, x, y: ops.copysign(x, y),
+                   Kind.INT_TO_FLOAT)
+register_pointwise([aten.hypot.default], lambda dt, x, y: ops.hypot(x, y))
+
+
+@register_lowering(aten.nextafter.default)
+def _lower_nextafter(ctx, x, y):
+    # The step is one unit in the last place of the result's type; the DSL computes
+    # fp16/bf16 in fp32, where the step would vanish when rounded back.
+    if ctx.out_dtype not in (torch.float32, torch.float64):
+        raise NoLowering(f"nextafter in {ctx.out_dtype}")
+    return make_pointwise(ctx, [x, y], lambda dt, a, b: ops.nextafter(a, b))
+
+
+def _fmax_fmin(is_max: bool):
+    """torch.fmax/fmin: a NaN operand loses to a number. Inductor's formula
+    (torch/_inductor/decomposition.py): ``where(isnan(y) | (y < x), x, y)`` for fmax,
+    ``>`` for fmin."""
+
+    def fn(dt, x, y):
+        if dt == torch.bool:
+            return ops.logical_or(x, y) if is_max else ops.logical_and(x, y)
+        if not dt.is_floating_point:
+            return ops.maximum(x, y) if is_max else ops.minimum(x, y)
+        y_loses = ops.lt(y, x) if is_max else ops.gt(y, x)
+        return ops.where(ops.logical_or(ops.isnan(y), y_loses), x, y)
+
+    return fn
+
+
+register_pointwise([aten.fmax.default], _fmax_fmin(True))
+register_pointwise([aten.fmin.default], _fmax_fmin(False))
+
+
+@register_lowering(aten.round.decimals)
+def _lower_round_decimals(ctx, x, decimals=0):
+    """ATen's ``round_decimals_kernel``: with ``p = 10**|decimals|`` rounded to the
+    compute dtype, ``round(x * p) / p``, or ``round(x / p) * p`` for negative
+    ``decimals`` (half to even)."""
+    if not x.get_dtype().is_floating_point:
+        raise NoLowering("round(decimals=) of an integer tensor")
+
+    def fn(dt, v):
+        if decimals == 0:
+            return ops.round(v)
+        scale = const(10.0 ** abs(decimals), dt)
+        if decimals > 0:
+            return ops.truediv(ops.round(ops.mul(v, scale)), scale)
+        return ops.mul(ops.round(ops.truediv(v, scale)), scale)
+
+    return make_pointwise(ctx, [x], fn)
+
+
+def _shift(op: str):
+    def fn(dt, x, y):
+        if dt.is_floating_point or dt == torch.bool:
+            raise NoLowering(f"{op} on {dt}")
+        return getattr(ops, op)(x, y)
+
+    return fn
+
+
+register_pointwise([aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+                    aten.bitwise_left_shift.Scalar_Tensor, aten.__lshift__.Tensor, aten.__lshift__.Scalar],
+                   _shift("bitwise_left_shift"))
+register_pointwise([aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+                    aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar],
+                   _shift("bitwise_right_shift"))
+
+
+# ATen's calc_digamma (aten/src/ATen/native/Math.h): the asymptotic series' coefficients
+# (Cephes' psi), and digamma(10).
+_DIGAMMA_A = (8.33333333333333333333E-2, -2.10927960927960927961E-2, 7.57575757575757575758E-3,
+              -4.16666666666666666667E-3, 3.96825396825396825397E-3, -8.33333333333333333333E-3,
+              8.33333333333333333333E-2)
+_PSI_10 = 2.25175258906672110764
+
+
+def _digamma_from_one(dt, x):
+    """digamma(x) for x > 0 (or NaN, +inf) as calc_digamma computes it: recurrence
+    ``psi(x) = psi(x + 1) - 1 / x`` up to x >= 10 (at most 10 steps for x > 0,
+    unrolled), then digamma(10) exactly or the asymptotic series."""
+    ten = const(10.0, dt)
+    result = const(0.0, dt)
+    for _ in range(10):
+        below = ops.lt(x, ten)
+        result = ops.where(below, ops.sub(result, ops.truediv(const(1.0, dt), x)), result)
+        x = ops.where(below, ops.add(x, const(1.0, dt)), x)
+    z = ops.truediv(const(1.0, dt), ops.mul(x, x))
+    poly = const(_DIGAMMA_A[0], dt)
+    for a in _DIGAMMA_A[1:]:
+        poly = ops.add(ops.mul(poly, z), const(a, dt))
+    y = ops.where(ops.lt(x, const(1.0e17, dt)), ops.mul(z, poly), const(0.0, dt))
+    series = ops.sub(ops.sub(ops.add(result, ops.log(x)), ops.truediv(const(0.5, dt), x)), y)
+    return ops.where(ops.eq(x, ten), ops.add(result, const(_PSI_10, dt)), series)
+
+
+def _digamma(dt, x):
+    """ATen's calc_digamma: -inf at +0 and +inf at -0, NaN at negative integers and
+    -inf; below 0 the reflection ``psi(1 - x) - pi / tan(pi * r)`` with ``r`` the
+    fractional part of ``x`` (more accurate than ``tan(pi * x)``). ATen evaluates
+    that tangent in fp64 for fp32 inputs; here it is in the compute dtype."""
+    zero = const(0.0, dt)
+    negative = ops.lt(x, zero)
+    reflected = ops.where(negative, ops.sub(const(1.0, dt), x), x)
+    psi = _digamma_from_one(dt, reflected)
+    frac = ops.sub(x, ops.trunc(x))
+    pi_over_tan = ops.truediv(const(math.pi, dt), ops.tan(ops.mul(const(math.pi, dt), frac)))
+    result = ops.where(negative, ops.sub(psi, pi_over_tan), psi)
+    # -inf at +0.0, +inf at -0.0: copysign(inf, -x)
+    at_zero = ops.copysign(const(math.inf, dt), ops.neg(x))
+    result = ops.where(ops.eq(x, zero), at_zero, result)
+    pole = ops.logical_and(negative, ops.eq(x, ops.trunc(x)))
+    return ops.where(pole, const(math.nan, dt), result)
+
+
+register_pointwise([aten.digamma.default], _digamma, Kind.INT_TO_FLOAT)
