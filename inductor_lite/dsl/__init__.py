@@ -8,8 +8,8 @@ functions of `language` (re-exported here); see `kernel.Kernel` for launching an
 from .frontend import CompilationError
 from .kernel import Kernel, Specialization, kernel
 from .language import (
-    abs, arange, argmax, argmin, atan2, atomic_add, bfloat16, broadcast_to, cast, cdiv, ceil, cluster_gather,
-    constexpr, cos, device_assert, dtype,
+    abs, arange, argmax, argmin, associative_scan, atan2, atomic_add, bfloat16, broadcast_to, cast, cdiv, ceil,
+    cluster_gather, constexpr, cos, cumprod, cumsum, device_assert, dtype,
     erf, exp, exp2, expand_dims, expm1, fast_dividef, float16, float32, float64, floor, fmod, full, int1, int8,
     int16, int32, int64, isinf, isnan, load, log, log1p, log2, max, maximum, min, minimum, num_programs, pow,
     prod, program_id, reshape, round, rsqrt, sigmoid, sin, sqrt, static_range, store, sum, tan, tanh,
@@ -18,9 +18,11 @@ from .language import (
 
 __all__ = [
     "CompilationError", "Kernel", "Specialization", "kernel",
-    "abs", "arange", "argmax", "argmin", "atan2", "atomic_add", "bfloat16", "broadcast_to", "cast", "cdiv", "ceil",
+    "abs", "arange", "argmax", "argmin", "associative_scan", "atan2", "atomic_add", "bfloat16", "broadcast_to",
+    "cast", "cdiv", "ceil",
     "cluster_gather", "device_assert",
-    "constexpr", "cos", "dtype", "erf", "exp", "exp2", "expand_dims", "expm1", "fast_dividef", "float16",
+    "constexpr", "cos", "cumprod", "cumsum", "dtype", "erf", "exp", "exp2", "expand_dims", "expm1", "fast_dividef",
+    "float16",
     "float32", "float64", "floor", "fmod", "full", "int1", "int8", "int16", "int32", "int64", "isinf", "isnan",
     "load", "log", "log1p", "log2", "max", "maximum", "min", "minimum", "num_programs", "pow", "prod",
     "program_id", "reshape", "round", "rsqrt", "sigmoid", "sin", "sqrt", "static_range", "store", "sum",

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import inspect
 import operator
+import textwrap
 from typing import Any, Callable, Optional
 
 from . import ir, language, semantic
@@ -133,8 +135,32 @@ for _name in _MATH2:
     _BUILTINS[_name] = lambda b, a, _fn=_name: semantic.math2(b, _fn, a["x"], a["y"])
 for _name in ir.REDUCE_KINDS:
     _BUILTINS[_name] = lambda b, a, _fn=_name: semantic.reduce(b, _fn, a["x"], a["axis"], a["keep_dims"])
+for _name in ("cumsum", "cumprod"):
+    _BUILTINS[_name] = lambda b, a, _fn=_name: semantic.cumulative(b, _fn, a["x"], a["axis"], a["reverse"])
 
 _SIGNATURES: dict[Callable, inspect.Signature] = {}
+
+
+class _LocalFunction:
+    """A ``def`` inside a kernel (a combine function for ``dl.associative_scan``): its
+    AST and the compile-time names it can see (runtime values stay outside)."""
+
+    def __init__(self, node: ast.FunctionDef, scope: dict[str, Any]):
+        self.node = node
+        self.scope = scope
+
+
+@functools.lru_cache(maxsize=256)
+def _function_source(fn: Callable) -> tuple[ast.FunctionDef, str, int, list[str]]:
+    """A plain Python function's AST, file name, first line number and source lines."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise SemanticError(f"cannot read the source of {fn.__name__}() ({e})") from None
+    defs = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
+    if not defs:
+        raise SemanticError(f"the source of {fn.__name__}() does not define a function of that name")
+    return defs[0], fn.__code__.co_filename, fn.__code__.co_firstlineno, source.splitlines()
 
 
 class _BoundTo:
@@ -165,11 +191,9 @@ class _CodeGenerator:
         self.loop_locals: set[str] = set()
         fn = kernel.fn
         self.globals = fn.__globals__
-        self.closure = {
-            name: cell.cell_contents
-            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ())
-            if _cell_is_set(cell)
-        }
+        self.closure = _closure_of(fn)
+        # Where the code being compiled lives: the kernel, or a combine function.
+        self.source = (kernel.filename, kernel.first_lineno, kernel.source_lines)
 
     # ------------------------------------------------------------------ driver
 
@@ -197,10 +221,10 @@ class _CodeGenerator:
                            dict(self.spec.constexprs), ftz=self.kernel.ftz)
 
     def _loc(self, node: ast.AST) -> ir.SourceLoc:
-        k = self.kernel
+        filename, first_lineno, lines = self.source
         lineno = getattr(node, "lineno", 1)
-        line = k.source_lines[lineno - 1] if 0 < lineno <= len(k.source_lines) else ""
-        return ir.SourceLoc(k.filename, k.first_lineno + lineno - 1, line)
+        line = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
+        return ir.SourceLoc(filename, first_lineno + lineno - 1, line)
 
     def _error(self, node: ast.AST, reason: str) -> CompilationError:
         return CompilationError(self.kernel.name, self._loc(node), reason)
@@ -258,6 +282,12 @@ class _CodeGenerator:
 
     def visit_Pass(self, node: ast.Pass) -> None:
         pass
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.decorator_list:
+            raise self._error(node, "a function defined in a kernel cannot have decorators")
+        visible = {k: v for k, v in self.scope.items() if not isinstance(v, Tensor)}
+        self.scope[node.name] = _LocalFunction(node, visible)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         value = self.visit(node.value)
@@ -563,7 +593,63 @@ class _CodeGenerator:
         except TypeError as e:
             raise SemanticError(f"dl.{name}(): {e}") from None
         bound.apply_defaults()
+        if name == "associative_scan":
+            return self._associative_scan(bound.arguments)
         return _BUILTINS[name](self.b, bound.arguments)
+
+    # ------------------------------------------------------------------ scans
+
+    def _associative_scan(self, a: dict) -> Any:
+        values = a["values"]
+        results = semantic.scan(self.b, values, a["axis"], a["reverse"], self._combine_region(a["combine_fn"]),
+                                "dl.associative_scan")
+        return tuple(results) if isinstance(values, (tuple, list)) else results[0]
+
+    def _combine_region(self, fn: Any) -> Callable[[list[Tensor]], Any]:
+        """A callback that compiles the combine function ``fn`` (a ``def`` in the kernel or
+        a plain Python function) inline on the region's arguments and returns what its
+        final ``return`` gives."""
+        if isinstance(fn, _LocalFunction):
+            fdef, scope, source = fn.node, fn.scope, self.source
+            fn_globals, closure = self.globals, self.closure
+        elif inspect.isfunction(fn) and not getattr(fn, "__dl_builtin__", None):
+            fdef, filename, first_lineno, lines = _function_source(fn)
+            scope, source = {}, (filename, first_lineno, lines)
+            fn_globals, closure = fn.__globals__, _closure_of(fn)
+        else:
+            raise SemanticError(f"dl.associative_scan: combine_fn must be a Python function, got {fn!r}")
+        params = fdef.args
+        if params.vararg or params.kwarg or params.kwonlyargs or params.defaults or params.posonlyargs:
+            raise SemanticError(f"combine_fn {fdef.name}() must take plain positional parameters only")
+        names = [p.arg for p in params.args]
+        body = list(fdef.body)
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]  # docstring
+        if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
+            raise SemanticError(f"combine_fn {fdef.name}() must end with `return <combined values>`")
+
+        def build(args: list[Tensor]) -> Any:
+            if len(names) != len(args):
+                raise SemanticError(f"combine_fn {fdef.name}() takes {len(names)} parameters; scanning "
+                                    f"{len(args) // 2} block(s) passes {len(args)} (the state before, then after)")
+            saved = (self.scope, self.globals, self.closure, self.source)
+            self.scope = {**scope, **dict(zip(names, args))}
+            self.globals, self.closure, self.source = fn_globals, closure, source
+            try:
+                for stmt in body[:-1]:
+                    self.visit(stmt)
+                return self.visit(body[-1].value)
+            finally:
+                self.scope, self.globals, self.closure, self.source = saved
+
+        return build
+
+
+def _closure_of(fn: Callable) -> dict[str, Any]:
+    """The values of ``fn``'s closure cells that are set, by name."""
+    return {name: cell.cell_contents for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ())
+            if _cell_is_set(cell)}
 
 
 def _cell_is_set(cell) -> bool:

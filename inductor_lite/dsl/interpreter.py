@@ -161,6 +161,8 @@ def _plan_block(block: ir.Block, entry: list[ir.Value], frees: dict) -> None:
             last[r] = i
         if op.opcode == "for":
             _plan_block(op.attrs["body"], [op.attrs["iv"], *op.attrs["carried"]], frees)
+        elif op.opcode == "scan":
+            _plan_block(op.attrs["body"], list(op.attrs["args"]), frees)
     per_op: list[list[ir.Value]] = [[] for _ in block.ops]
     for v, i in last.items():
         if block.ops:
@@ -491,6 +493,22 @@ class _Interpreter:
             results = _welford_reduce(*states, dim=op.attrs["axis"] + 1)
         for r, v in zip(op.results, results):
             self.env[r] = v
+
+    def _op_scan(self, op, *xs):
+        # Hillis and Steele's scan ("Data parallel algorithms", 1986): log2(n) steps,
+        # step d combining each element with the one d before it, each step one run of
+        # the combine region over whole blocks. `reverse` scans the flipped blocks.
+        dim, n = op.attrs["axis"] + 1, op.operands[0].type.shape[op.attrs["axis"]]
+        args, body = op.attrs["args"], op.attrs["body"]
+        xs = [x.flip(dim) if op.attrs["reverse"] else x for x in torch.broadcast_tensors(*xs)]
+        d = 1
+        while d < n:
+            self.env.update(zip(args, [x.narrow(dim, 0, n - d) for x in xs] + [x.narrow(dim, d, n - d) for x in xs]))
+            combined = torch.broadcast_tensors(*self.exec_block(body), xs[0].narrow(dim, d, n - d))[:-1]
+            xs = [torch.cat([x.narrow(dim, 0, d), c.to(x.dtype)], dim) for x, c in zip(xs, combined)]
+            d *= 2
+        for r, x in zip(op.results, xs):
+            self.env[r] = x.flip(dim) if op.attrs["reverse"] else x
 
     # ------------------------------------------------------------------ loops
 

@@ -40,6 +40,7 @@ argreduce        x                           axis, combine ('argmax'|...)   i32 
 welford_combine  mean_a, m2_a, w_a,          -                              3: mean, m2, w
                  mean_b, m2_b, w_b (6)
 welford_combine  mean, m2, w (3)             axis                           3, shape less axis
+scan             values... (n)               axis, reverse, body, args      n, shapes of values
 for              lb, ub, step, inits...      body (Block), iv, carried      one per init
 yield            values...                   -                              none
 ===============  ==========================  =============================  ==================
@@ -99,6 +100,16 @@ Invariants the frontend guarantees (so backends need not handle the other cases)
   w_a * f``. So a weight-0 state changes nothing (its mean and M2 must be finite, e.g.
   0) and two weight-0 states give no NaN. The order in which a reduction combines
   states is unspecified (backends may differ in the last bits).
+- ``scan`` is an inclusive scan (Triton's ``tl.associative_scan``) of its ``n``
+  operands (one shape, no pointers, no half types) along ``axis``: result ``k`` has
+  operand ``k``'s type. ``attrs['body']`` is the combine region: a `Block` over the
+  ``2n`` scalar values ``attrs['args']`` (the state of the lower indices, then of the
+  higher ones, each of its operand's element type) that ends with a ``yield`` of the
+  ``n`` combined values; it uses only its own values, and holds no memory, loop,
+  reduction or scan ops. With ``reverse`` the scan runs from the last index down and
+  the first half of ``args`` covers the higher indices. The combine must be
+  associative; the order of combination is unspecified. `Block.walk` does not enter
+  the region (its values are scalars that only the scan's lowering sees).
 - ``for`` iterates ``iv = lb, lb + step, ...`` while ``iv < ub`` (``step > 0``); lb, ub,
   step and iv share one integer type (int32, or int64 if any bound is int64).
 - ``Op.loc`` (a `SourceLoc`, may be None) names the kernel source line that made the op.
@@ -355,13 +366,16 @@ def format_function(fn: Function) -> str:
         for op in block.ops:
             res = ", ".join(name(r) for r in op.results)
             lhs = f"{res} = " if res else ""
-            attrs = {k: v for k, v in op.attrs.items() if k not in ("body", "iv", "carried")}
+            attrs = {k: v for k, v in op.attrs.items() if k not in ("body", "iv", "carried", "args")}
             attr_s = f" {attrs}" if attrs else ""
             types = ", ".join(repr(r.type) for r in op.results)
             lines.append(f"{indent}{lhs}{op.opcode}({', '.join(name(o) for o in op.operands)}){attr_s} : {types}")
             if op.opcode == "for":
                 carried = ", ".join(name(c) for c in op.attrs["carried"])
                 lines.append(f"{indent}  ^body({name(op.attrs['iv'])}; {carried}):")
+                emit(op.attrs["body"], indent + "    ")
+            elif op.opcode == "scan":
+                lines.append(f"{indent}  ^combine({', '.join(name(a) for a in op.attrs['args'])}):")
                 emit(op.attrs["body"], indent + "    ")
 
     emit(fn.body, "  ")

@@ -200,7 +200,8 @@ class Kernel:
     def key_source(self) -> str:
         """What of the kernel's text decides its binary, for cache keys: the source plus
         the current values of the plain constants (numbers, strings, tuples of them) it
-        reads from its module or closure, which the frontend bakes into the code."""
+        reads from its module or closure, which the frontend bakes into the code, and the
+        source of the plain functions it reads (scan combine functions, compiled inline)."""
         closure = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__ or ()))
         constants = []
         for name in self._names_read:
@@ -215,6 +216,8 @@ class Kernel:
                 continue
             if _is_plain_constant(value):
                 constants.append(f"{name} = {value!r}")
+            elif _is_helper_function(value):  # a scan's combine function is compiled inline
+                constants.append(f"{name}: {_source_or_name(value)}")
         return self.source + "".join(f"\n# {c}" for c in constants)
 
     def __call__(self, *args, **kwargs):
@@ -487,6 +490,18 @@ def _is_plain_constant(value: Any) -> bool:
     if isinstance(value, (tuple, list)):
         return all(_is_plain_constant(v) for v in value)
     return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _is_helper_function(value: Any) -> bool:
+    """A plain Python function (not a DSL builtin) a kernel may compile inline."""
+    return inspect.isfunction(value) and not getattr(value, "__dl_builtin__", None)
+
+
+def _source_or_name(fn: Callable) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return fn.__qualname__
 
 
 def kernel(fn: Optional[Callable] = None, *, ftz: bool = False) -> Union[Kernel, Callable[[Callable], Kernel]]:

@@ -322,6 +322,48 @@ def welford_combine(mean_a: Any, m2_a: Any, weight_a: Any, mean_b: Any, m2_b: An
 
 
 @_builtin
+def associative_scan(values: Any, axis: int, combine_fn: Callable, reverse: bool = False) -> Any:
+    """Inclusive scan of ``values`` along ``axis`` with ``combine_fn`` (Triton's
+    ``tl.associative_scan``).
+
+    ``values`` is a block or a tuple of blocks (broadcast together; no pointers);
+    ``combine_fn(a0, ..., b0, ...)`` takes the state of the elements before (``a``,
+    one scalar per value) and after (``b``) and returns the combined state (one value,
+    or a tuple with one entry per value). It is an ordinary Python function, defined
+    at module level or inside the kernel, written in the DSL (``dl.where``,
+    arithmetic, ...); only its parameters and constants may appear in it. It must be
+    associative; it need not be commutative: ``a`` always covers lower indices (higher
+    ones with ``reverse=True``). Element ``i`` of result ``k`` is the combination of
+    elements ``0 .. i`` (``i .. n-1`` with ``reverse``). Half-type values are scanned
+    in fp32 and give fp32 results; other types keep theirs, and each result has the
+    type of its value. Returns a block (a single value) or a tuple of blocks.
+    The order in which elements are combined is unspecified (backends may differ in
+    the last bits of a float sum).
+
+    Raises (as CompilationError): an axis out of range, a pointer value, a
+    ``combine_fn`` that is not a Python function, takes the wrong number of
+    arguments, returns the wrong number of values, or reads a runtime value from
+    outside.
+    """
+    raise _outside("associative_scan")
+
+
+def _scan_stub(name: str, doc: str) -> Callable:
+    def stub(x: Any, axis: int, reverse: bool = False) -> Any:
+        raise _outside(name)
+
+    stub.__name__ = stub.__qualname__ = name
+    stub.__doc__ = doc
+    return _builtin(stub)
+
+
+cumsum = _scan_stub("cumsum", "Inclusive prefix sum along ``axis`` (suffix sum with ``reverse``); result types "
+                              "as `sum`: int8/16/32, uint8, int1 -> int32; int64 -> int64; fp16/bf16/fp32 -> fp32; "
+                              "fp64 -> fp64.")
+cumprod = _scan_stub("cumprod", "Inclusive prefix product along ``axis`` (result types as `cumsum`).")
+
+
+@_builtin
 def cdiv(a: Any, b: Any) -> Any:
     """Ceiling division ``(a + b - 1) // b`` for non-negative ``a`` and positive ``b``.
 

@@ -37,6 +37,7 @@ from .nvptx_memory import MemoryCodegen
 from .nvptx_ops import F32, F64, GLOBAL_PTR, I8, I32, I64, SHARED_PTR, LoweringError, ScalarCodegen, constant, reg_type
 from .nvptx_pipeline import PipelineCodegen, plan_pipelines
 from .nvptx_reduce import ReduceCodegen
+from .nvptx_scan import ScanCodegen
 
 TRIPLE = "nvptx64-nvidia-cuda"
 MAX_ELEMENTS_PER_THREAD = 256
@@ -125,7 +126,7 @@ def plan_rematerialization(fn: ir.Function, plan) -> frozenset[int]:
     return frozenset(remat)
 
 
-class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
+class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, ScanCodegen, PipelineCodegen):
     def __init__(self, fn: ir.Function, num_warps: int, data_layout: str, cc: tuple[int, int], num_stages: int = 1,
                  maxnreg: Optional[int] = None):
         if num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32:
@@ -393,6 +394,8 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, PipelineCodegen):
             raise LoweringError("yield outside a for loop body")
         elif code in ("reduce", "argreduce", "welford_combine"):
             self.lower_reduction(op)
+        elif code == "scan":
+            self.lower_scan(op)
         elif not op.results:
             raise LoweringError(f"unknown op {code!r} without results")
         else:

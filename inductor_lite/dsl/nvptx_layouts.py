@@ -133,10 +133,10 @@ def _layouts(fn: ir.Function, num_warps: int,
         vec = vector_width(info, element_bytes(ptr.type.element.element), fast, mask_info)
         votes.setdefault(rank, []).append((ptr.type.numel, fast, info.contiguity[fast], vec))
         accesses.append((op, rank, fast, info.contiguity[fast], vec))
-    # Dims that reductions run along get warps last, so reductions stay inside warps.
+    # Dims that reductions and scans run along get warps last, so they stay inside warps.
     reduced: dict[int, set[int]] = {}
     for op in fn.walk():
-        if op.opcode in ("reduce", "argreduce", "welford_combine") and op.attrs.get("axis") is not None:
+        if op.opcode in ("reduce", "argreduce", "welford_combine", "scan") and op.attrs.get("axis") is not None:
             reduced.setdefault(len(op.operands[0].type.shape), set()).add(op.attrs["axis"])
     defaults = {}
     for rank, tile in tiles.items():
@@ -198,6 +198,9 @@ class _Planner:
             parent = first or self.plan.default(len(blocks[0].type.shape))
             for r in op.results:
                 self.set(r, SliceLayout(parent, op.attrs["axis"]))
+        elif code == "scan":  # keeps its operands' layout: no data moves before the scan
+            for r in op.results:
+                self.set(r, first or self.plan.default(len(r.type.shape)))
         elif code == "cluster_gather":  # every thread holds every program's value: no shuffles to reduce it
             self.set(res, BlockedLayout(res.type.shape, (WARP_SIZE,), (self.plan.num_warps,), (0,)))
         elif code == "welford_combine":

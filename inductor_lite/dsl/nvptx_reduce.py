@@ -221,26 +221,36 @@ class ReduceCodegen:
     # -- shuffles -------------------------------------------------------------------------
     def shfl_xor(self, x: llir.Value, lane_mask: int) -> llir.Value:
         """``x`` from lane ``lane ^ lane_mask`` of the same warp (any scalar type)."""
+        return self.shuffle(x, "bfly", llir.Constant(I32, lane_mask))
+
+    def shuffle(self, x: llir.Value, mode: str, lane_arg: llir.Value) -> llir.Value:
+        """PTX ``shfl.sync.{mode}`` of ``x`` (any scalar type) over the whole warp:
+        ``bfly`` reads lane ``lane ^ lane_arg``, ``idx`` lane ``lane_arg``, ``up`` lane
+        ``lane - lane_arg`` and ``down`` lane ``lane + lane_arg``; a lane whose source is
+        outside the warp (``up``/``down``) gets its own ``x``."""
         b = self.b
         t = x.type
         if isinstance(x, llir.Constant):  # the same in every lane
             return x
         if t in (I64, F64):
             bits = b.bitcast(x, I64) if t == F64 else x
-            lo = self.shfl_xor(b.trunc(bits, I32), lane_mask)
-            hi = self.shfl_xor(b.trunc(b.lshr(bits, llir.Constant(I64, 32)), I32), lane_mask)
+            lo = self.shuffle(b.trunc(bits, I32), mode, lane_arg)
+            hi = self.shuffle(b.trunc(b.lshr(bits, llir.Constant(I64, 32)), I32), mode, lane_arg)
             out = b.or_(b.zext(lo, I64), b.shl(b.zext(hi, I64), llir.Constant(I64, 32)))
             return b.bitcast(out, F64) if t == F64 else out
         if t == F32:
-            return b.bitcast(self.shfl_xor(b.bitcast(x, I32), lane_mask), F32)
+            return b.bitcast(self.shuffle(b.bitcast(x, I32), mode, lane_arg), F32)
         if t == F16:
-            return b.bitcast(self.shfl_xor(b.bitcast(x, I16), lane_mask), F16)
+            return b.bitcast(self.shuffle(b.bitcast(x, I16), mode, lane_arg), F16)
         if t in (I1, I8, I16):
-            return b.trunc(self.shfl_xor(b.zext(x, I32), lane_mask), t)
+            return b.trunc(self.shuffle(b.zext(x, I32), mode, lane_arg), t)
         if t != I32:
             raise LoweringError(f"cannot shuffle a value of type {t}")
-        args = [llir.Constant(I32, -1), x, llir.Constant(I32, lane_mask), llir.Constant(I32, 31)]
-        return self.call("llvm.nvvm.shfl.sync.bfly.i32", I32, args)
+        # The last operand packs the segment mask (0: the whole warp) and the clamp lane:
+        # 0 for `up` (nothing below lane 0), 31 for the others.
+        clamp = llir.Constant(I32, 0 if mode == "up" else 31)
+        args = [llir.Constant(I32, -1), x, lane_arg, clamp]
+        return self.call(f"llvm.nvvm.shfl.sync.{mode}.i32", I32, args)
 
     # -- the three steps ------------------------------------------------------------------------
     def _reduce_across_threads(self, result: list[State], src: Distribution, axis: int, out: Distribution,

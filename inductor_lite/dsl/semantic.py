@@ -18,7 +18,7 @@ The invariants this gives the backends are listed in `ir.py`'s docstring.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -772,3 +772,67 @@ def welford(b: Builder, mean: Any, m2: Any, weight: Any, axis: Any,
     out = t.with_shape(t.shape[:axis] + t.shape[axis + 1:])
     results = [Tensor(r) for r in b.emit("welford_combine", states, [out] * 3, axis=axis).results]
     return tuple(expand_dims(b, r, axis) if keep_dims else r for r in results)
+
+
+# ----------------------------------------------------------------------------- scans
+
+
+def scan(b: Builder, values: Any, axis: Any, reverse: Any, combine: Callable[[list[Tensor]], Any],
+         what: str) -> list[Tensor]:
+    """Inclusive scan of ``values`` (a block or a sequence of blocks) along ``axis``
+    (`language.associative_scan`): one ``scan`` op.
+
+    ``combine`` builds the combine region: it is called once, while ``b`` appends to
+    the region's block, with the ``2n`` scalar region arguments (the lower indices'
+    state, then the higher ones'), and returns the combined state: one value or a
+    sequence of ``n`` (Tensors or numbers, cast to each value's type). Half-type
+    values are scanned in fp32. Returns one Tensor per value.
+    """
+    values = list(values) if isinstance(values, (tuple, list)) else [values]
+    if not values:
+        raise SemanticError(f"{what} needs at least one block to scan")
+    for v in values:
+        if not isinstance(v, Tensor) or v.shape == ():
+            raise SemanticError(f"{what} needs blocks, got {_describe(v)}")
+        _no_pointer(v, what)
+    if not isinstance(reverse, bool):
+        raise SemanticError(f"{what}: reverse must be a constexpr bool, got {_describe(reverse)}")
+    shape = broadcast_shapes(*[v.shape for v in values])
+    axis = _normalize_axis(axis, len(shape), what)
+    values = [broadcast_to(b, cast(b, v, float32) if _is_half(v.element) else v, shape) for v in values]
+    args = [ir.Value(BlockType(v.element)) for v in values * 2]
+    body, saved = ir.Block(), b.block
+    b.block = body
+    try:
+        out = combine([Tensor(a) for a in args])
+        out = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(out) != len(values):
+            raise SemanticError(f"{what}: the combine function returns {len(out)} value(s) for "
+                                f"{len(values)} scanned block(s)")
+        yields = []
+        for o, v in zip(out, values):
+            _check_operand(o, f"{what}: the combine function's result")
+            if isinstance(o, Tensor) and o.shape != ():
+                raise SemanticError(f"{what}: the combine function must return scalars, got {_describe(o)}")
+            yields.append(coerce(b, o, v.element, ()))
+        b.emit("yield", yields, [])
+    finally:
+        b.block = saved
+    op = b.emit("scan", values, [v.type for v in values], axis=axis, reverse=reverse, body=body, args=args)
+    return [Tensor(r) for r in op.results]
+
+
+def cumulative(b: Builder, kind: str, x: Any, axis: Any, reverse: Any) -> Tensor:
+    """``dl.cumsum``/``dl.cumprod`` (``kind``): a scan of ``add``/``mul`` in the result
+    type of the matching reduction (`reduce`)."""
+    what = f"dl.{kind}"
+    if not isinstance(x, Tensor) or x.shape == ():
+        raise SemanticError(f"{what} needs a block, got {_describe(x)}")
+    _no_pointer(x, what)
+    d = x.element
+    if d.is_floating:
+        acc = float64 if d == float64 else float32
+    else:
+        acc = int64 if d == int64 else int32
+    op = "add" if kind == "cumsum" else "mul"
+    return scan(b, cast(b, x, acc), axis, reverse, lambda args: binary(b, op, args[0], args[1]), what)[0]

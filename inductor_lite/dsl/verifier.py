@@ -17,6 +17,8 @@ _FLOAT_ONLY_FNS = {"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqr
                    "signbit", "hypot", "copysign", "nextafter"}
 _TWO_OPERAND_FNS = {"pow", "atan2", "fmod", "fast_dividef", "hypot", "copysign", "nextafter"}
 _INTEGER_ONLY_OPS = {"floordiv", "and", "or", "xor", "shl", "shr"}
+_COMBINE_OPCODES = {"constant", "binary", "compare", "math", "select", "cast", "bitcast"}
+"""What a scan's combine region may hold: scalar arithmetic only."""
 
 
 class VerificationError(Exception):
@@ -67,6 +69,8 @@ class _Verifier:
             check(op, *[v.type for v in op.operands])
             if op.opcode == "for":
                 self.block(op.attrs["body"], defined | {op.attrs["iv"], *op.attrs["carried"]}, in_loop=True)
+            elif op.opcode == "scan":
+                self.combine_region(op)
             defined.update(op.results)
         if in_loop and (not block.ops or block.ops[-1].opcode != "yield"):
             raise VerificationError(f"{self.fn.name}: a loop body does not end with yield")
@@ -262,6 +266,40 @@ class _Verifier:
                     "carried / result types differ from the inits")
         if body.ops and body.ops[-1].opcode == "yield":
             self.expect(op, [v.type for v in body.ops[-1].operands] == types, "yield types differ from the inits")
+
+    def op_scan(self, op, *values):
+        self.results(op, len(values))
+        a = op.attrs.get("axis")
+        self.expect(op, len(values) >= 1 and all(v.shape == values[0].shape for v in values)
+                    and values[0].shape != (), f"operands {list(values)!r} must be blocks of one shape")
+        self.expect(op, isinstance(a, int) and 0 <= a < len(values[0].shape), f"axis {a!r}")
+        self.expect(op, isinstance(op.attrs.get("reverse"), bool), "reverse must be a bool")
+        self.expect(op, not any(_is_ptr(v) for v in values), "scan of pointers")
+        self.no_half(op, *values)
+        self.expect(op, [r.type for r in op.results] == list(values), "result types differ from the operands")
+        args = op.attrs.get("args", [])
+        self.expect(op, [v.type for v in args] == [BlockType(v.element) for v in values] * 2,
+                    "the combine region's arguments must be scalars of the operands' types, twice")
+
+    def combine_region(self, op: ir.Op) -> None:
+        """A scan's combine region: scalar straight-line code over its own arguments,
+        ending with a yield of one value per operand, of the operands' types."""
+        body = op.attrs["body"]
+        defined = set(op.attrs["args"])
+        for i, inner in enumerate(body.ops):
+            if inner.opcode == "yield":
+                self.expect(inner, i == len(body.ops) - 1, "yield must be the last op of a combine region")
+                self.expect(inner, [v.type for v in inner.operands] == [BlockType(r.type.element) for r in op.results],
+                            "the combine region must yield one scalar per operand, of its type")
+            else:
+                self.expect(inner, inner.opcode in _COMBINE_OPCODES, "not allowed in a combine region")
+                self.expect(inner, all(r.type.is_scalar for r in inner.results), "block value in a combine region")
+            for v in inner.operands:
+                self.expect(inner, v in defined, f"operand {v!r} is not defined in the combine region")
+            check = getattr(self, "op_" + inner.opcode)
+            check(inner, *[v.type for v in inner.operands])
+            defined.update(inner.results)
+        self.expect(op, bool(body.ops) and body.ops[-1].opcode == "yield", "the combine region must end with yield")
 
     def op_yield(self, op, *values):
         self.results(op, 0)
