@@ -58,7 +58,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..config import config
 from ..ir.indexing import Expr, abs_bound, simplify_index
-from ..ir.nodes import Reduction, reduction_identity
+from ..ir.nodes import Reduction, ScatterBuffer, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT, RFLAT
 from ..scheduler.fusion import KernelGroup
@@ -344,6 +344,26 @@ class KernelCodegen(OpsHandler):
             offset = f"dl.full({shape}, {offset}, {dsl_dtype(self.index_dtype)})"
         mask = self._index_mask(index)
         scope.lines.append(f"dl.store({ptr} + ({offset}), {value}, mask={mask})")
+
+    def scatter(self, name: str, index: Expr, value: CSEVar, mode: Optional[str]) -> None:
+        """Write ``value`` to element ``index`` of ``name``, an index computed from
+        loaded values (`ir.nodes.Scatter`): a store, or with ``mode="atomic_add"`` a
+        block ``dl.atomic_add`` (every repeated index adds). An index a bounds-checked
+        ``indirect_indexing`` finds outside its dimension stops the launch
+        (``dl.device_assert``, as eager raises) and is never written."""
+        ptr = self.out_ptrs.setdefault(name, f"out_ptr{len(self.out_ptrs)}")
+        offset = self.index_str(index)
+        lanes = self._index_mask(index)
+        for symbol in sorted(sympy.sympify(index).free_symbols & self.indirect_masks.keys(), key=str):
+            in_bounds = self.indirect_masks[symbol]
+            if in_bounds is not None:
+                self.scope.lines.append(f'dl.device_assert({in_bounds} | ~{lanes}, "index out of bounds")')
+        mask = self._mask(index)
+        value = self._typed(value)
+        if mode == "atomic_add":
+            self.scope.lines.append(f'dl.atomic_add({ptr} + ({offset}), {value}, mask={mask}, sem="relaxed")')
+        else:
+            self.scope.lines.append(f"dl.store({ptr} + ({offset}), {value}, mask={mask})")
 
     # ------------------------------------------------------------------ loops
 
@@ -756,7 +776,8 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     index_dtype = torch.int64 if needs_int64(group) else torch.int32
     axis = reduction_axis(group) if group.is_reduction else 1
     persistent = is_persistent(group, axis)
-    tiling = choose_tiling(group, lambda name: buffer_dtypes(name).itemsize)
+    # a scatter's stores follow its source's layout, not a tile's
+    tiling = None if group.has_scatter() else choose_tiling(group, lambda name: buffer_dtypes(name).itemsize)
     cg = KernelCodegen(group.numel, group.rnumel, persistent, axis, index_dtype, buffer_dtypes, tiling)
     looped = group.is_reduction and not persistent
     pending_reductions: set[str] = set()  # reduction results of the open loop
@@ -846,6 +867,10 @@ def _codegen_node(cg: KernelCodegen, node, placement, keep: bool) -> None:
             return cg.reduction(loops.src_dtype, loops.reduction_type, value)[loops.output_index]
         return loops.inner_fn(x_index)
 
+    if isinstance(buffer, ScatterBuffer):
+        value = cg.to_dtype(compute(), dtype)
+        cg.scatter(buffer.name, buffer.store_index(x_index), value, loops.mode)
+        return
     store_index = buffer.store_index(x_index)
     if isinstance(loops, Reduction) and not cg.persistent:
         loop, outer = cg.scope, cg.scopes[-2]

@@ -63,7 +63,7 @@ from typing import Any, Callable, Optional
 import sympy
 import torch
 
-from ..ir.nodes import Buffer, ComputedBuffer, MultiOutput, ReinterpretView
+from ..ir.nodes import Buffer, ComputedBuffer, MultiOutput, ReinterpretView, ScatterBuffer
 from ..scheduler.fusion import KernelGroup
 from ..scheduler.scheduler import Scheduler
 from .kernel import KernelSource, generate_kernel, is_persistent, reduction_axis
@@ -178,13 +178,17 @@ class WrapperCodegen:
             self.defined_symbols.add(symbol)
 
     def _reusable_buffers(self) -> set[str]:
-        """Buffers the wrapper allocates that no graph output holds and no extern output
-        may alias (a view made by an extern op goes on using its base's storage)."""
+        """Buffers the wrapper allocates that no graph output holds, no extern output
+        may alias (a view made by an extern op goes on using its base's storage) and
+        that are not one of the two names of a scatter's storage."""
         aliased = set()
         for step in self.scheduler.steps:
             if not isinstance(step, KernelGroup) and not isinstance(step.node, MultiOutput) \
                     and may_alias_inputs(step.node.op):
                 aliased |= step.read_names()
+        for buf in self.scheduler.buffers.values():
+            if isinstance(buf, ScatterBuffer):  # two names of one storage: never handed on
+                aliased |= {buf.name, buf.target.name}
         return {name for name, buf in self.scheduler.buffers.items()
                 if isinstance(buf, ComputedBuffer) and name not in self.scheduler.removed_buffers
                 and name not in self.scheduler.output_names and name not in aliased}
@@ -213,7 +217,12 @@ class WrapperCodegen:
     def _kernel_step(self, group: KernelGroup, step: int) -> None:
         kernel = generate_kernel(group, len(self.kernels), self.scheduler.removed_buffers, self._dtype_of)
         self.kernels.append(kernel)
-        outputs = [self._spec(n.name) for n in group.nodes if n.name not in self.scheduler.removed_buffers]
+        outputs = []
+        for n in group.nodes:
+            if isinstance(n.node, ScatterBuffer):
+                self.out.line(f"{n.name} = {n.node.target.name}  # scatter into {n.node.target.name} in place")
+            elif n.name not in self.scheduler.removed_buffers:
+                outputs.append(self._spec(n.name))
         dying = [self._spec(name) for name in sorted(group.reads() & set(self.scheduler.frees.get(step, ())))
                  if name in self.donors]
         single_pass = not group.is_reduction or is_persistent(group, reduction_axis(group))

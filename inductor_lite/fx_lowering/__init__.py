@@ -1,9 +1,10 @@
 """aten FX graph -> loop-level IR: `lowerings` (the op registry and shared helpers),
 one module of lowerings per op family (`pointwise`, `pointwise_math`, `constructors`,
-`views`, `data_movement`, `indexing_ops`, `reductions`, `pooling`), `decompositions`,
-`graph` (the FX Interpreter)."""
+`views`, `data_movement`, `indexing_ops`, `indexed_writes`, `reductions`, `pooling`),
+`decompositions`, `graph` (the FX Interpreter)."""
 
 # Importing the families registers their lowerings in `lowerings.LOWERINGS`.
 from . import (  # noqa: F401
-    constructors, data_movement, indexing_ops, pointwise, pointwise_math, pooling, reductions, views,
+    constructors, data_movement, indexed_writes, indexing_ops, pointwise, pointwise_math, pooling, reductions,
+    views,
 )

@@ -264,6 +264,56 @@ class ComputedBuffer(Buffer):
         return self.layout.index(index)
 
 
+SCATTER_MODES = (None, "atomic_add")
+"""How a `Scatter` writes: None stores (a repeated index keeps one of its values,
+unspecified which, as eager); ``"atomic_add"`` adds atomically, so every value sent
+to a repeated index counts (``index_put(accumulate=True)``, ``scatter_add``,
+``index_add``)."""
+
+
+@dataclasses.dataclass
+class Scatter(Pointwise):
+    """A write through computed indices, over the *source*'s index space ``ranges``:
+    for each ``index``, ``inner_fn(index)`` goes to element ``output_indexer(index)``
+    of the buffer it updates (see `ScatterBuffer`), by ``mode`` (`SCATTER_MODES`).
+
+    ``output_indexer`` maps a source index to an index into the updated buffer (its
+    rank); it may load index tensors and use ``ops.indirect_indexing``, so it runs
+    under an ops handler, as ``inner_fn`` does. TorchInductor's ``ir.Scatter``.
+    """
+
+    output_indexer: Optional[Callable[[Sequence[Expr]], list[Expr]]] = None
+    mode: Optional[str] = None
+
+    def __post_init__(self):
+        if self.mode not in SCATTER_MODES:
+            raise ValueError(f"unknown scatter mode {self.mode!r}; known: {SCATTER_MODES}")
+        if self.output_indexer is None:
+            raise ValueError("a Scatter needs an output_indexer")
+
+
+class ScatterBuffer(ComputedBuffer):
+    """``target`` (a realized `ComputedBuffer` holding the initial values, e.g. a copy of
+    ``self``) after the `Scatter` ``data`` wrote into it, in place.
+
+    The scatter's kernel runs after the kernel writing ``target`` and alone (the
+    scheduler never fuses it); readers of the result read this buffer's name, which the
+    wrapper binds to ``target``'s memory, so they run after the scatter. ``target`` is
+    read by nothing else.
+    """
+
+    def __init__(self, name: str, target: ComputedBuffer, data: Scatter):
+        if not isinstance(target, ComputedBuffer):
+            raise TypeError(f"a scatter updates a ComputedBuffer, got {type(target).__name__}")
+        super().__init__(name, target.layout, data)
+        self.target = target
+
+    def store_index(self, index: Sequence[Expr]) -> Expr:
+        """The offset written for source element ``index`` (calls ``ops``: run it under
+        a handler)."""
+        return self.layout.index(self.data.output_indexer(index))
+
+
 class ExternKernel(Buffer):
     """A call of an aten op on realized inputs.
 
@@ -487,6 +537,8 @@ def format_inner_fn(loops: Loops) -> str:
             result = f"{loops.reduction_type}{which}({result}) over {loops.reduction_ranges}"
         else:
             result = loops.inner_fn(loops.index_vars())
+        if isinstance(loops, Scatter):
+            result = f"{loops.mode or 'store'} at {loops.output_indexer(loops.index_vars())}: {result}"
     handler.lines.append(f"return {result}")
     return "\n".join(handler.lines)
 
@@ -496,6 +548,8 @@ def format_node(node: Buffer) -> str:
     head = f"{node.name}: {type(node).__name__} {node.layout if node.layout else '(multi-output)'}"
     if node.origins:
         head += f"\n  origins: {', '.join(node.origins)}"
+    if isinstance(node, ScatterBuffer):
+        head += f"\n  scatter into {node.target.name}"
     if isinstance(node, ComputedBuffer):
         body = format_inner_fn(node.data)
         return head + f"\n  ranges: {node.data.ranges}\n" + "\n".join("    " + line for line in body.splitlines())

@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence
 import sympy
 
 from ..ir.indexing import Expr, flat_to_vars, index_var, known_equal, product, simplify_index
-from ..ir.nodes import ComputedBuffer, Reduction
+from ..ir.nodes import ComputedBuffer, Reduction, ScatterBuffer
 from ..ir.ops import OpsHandler, set_ops_handler
 
 FLAT = index_var("xindex")
@@ -199,6 +199,10 @@ def extract_read_writes(buffer: ComputedBuffer) -> ReadWrites:
             loops.inner_fn(x_vars, r_vars)
         else:
             loops.inner_fn(x_vars)
-    write = MemoryDep(buffer.name, sympy.expand(buffer.store_index(x_vars)), tuple(x_vars), tuple(loops.ranges))
+        # a scatter's store index loads index tensors: reads too
+        write = MemoryDep(buffer.name, sympy.expand(buffer.store_index(x_vars)), tuple(x_vars), tuple(loops.ranges))
+    if isinstance(buffer, ScatterBuffer):
+        # it updates its target in place: ordered after the target's writer (a read there)
+        recorder.load(buffer.target.name, write.index)
     return ReadWrites(recorder.reads, [write], recorder.index_exprs, tuple(x_vars), tuple(loops.ranges),
                       tuple(r_vars), tuple(r_ranges))

@@ -15,7 +15,9 @@ Two groups may fuse when (`fusion_blocker` returns None):
   (no other program's store is needed): a reduction's result read by a full-domain
   node must be read at its row, independently of ``rindex``;
 - fusing creates no cycle: no path from one to the other through a third group or
-  extern in the dependency graph.
+  extern in the dependency graph;
+- neither holds a scatter (`ir.nodes.ScatterBuffer`): it runs alone, after the
+  kernel writing its target's initial values and before any reader of the result.
 
 Candidates are producer/consumer pairs and siblings reading a buffer at the same
 kernel index; the score is the memory traffic saved (`fusion_score`). `fuse_groups`
@@ -32,6 +34,7 @@ import networkx as nx
 import sympy
 
 from ..ir.indexing import Expr, known_equal
+from ..ir.nodes import ScatterBuffer
 from .dependencies import Placement
 
 MAX_SIBLING_READERS = 32
@@ -95,6 +98,10 @@ class KernelGroup:
                 return n.read_writes.writes[0].kernel_index(placements[name], *group)
         return None
 
+    def has_scatter(self) -> bool:
+        """Whether a node writes through computed indices (`ir.nodes.ScatterBuffer`)."""
+        return any(isinstance(n.node, ScatterBuffer) for n in self.nodes)
+
     def origins(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for n in self.nodes:
@@ -150,6 +157,10 @@ def fusion_blocker(graph: nx.DiGraph, a: KernelGroup, b: KernelGroup) -> Optiona
 
 def _group_blocker(a: KernelGroup, b: KernelGroup) -> Optional[str]:
     """`fusion_blocker` without the cycle check."""
+    if a.has_scatter() or b.has_scatter():
+        # its stores land anywhere in its target: they must follow every write of the
+        # target's initial values and precede every read of the result, grid-wide
+        return "a scatter runs in a kernel of its own"
     group = merged_group(a, b)
     if group is None:
         return f"groups differ: {_describe(a)} vs {_describe(b)}"
