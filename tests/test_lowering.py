@@ -319,12 +319,28 @@ def test_views_of_inputs_are_reinterpretations_not_copies():
     assert not graph.buffers
 
 
-def test_single_use_pointwise_is_inlined_multi_use_is_realized():
+def test_pointwise_inlined_into_users_unless_large_or_many_reads():
     graph = lower(lambda x: (x.exp() + 1) * 2, r(8))
     assert len(graph.buffers) == 1
     assert set(graph.buffers[0].origins) == {"exp", "add", "mul"}
+    # a cheap producer with two users is recomputed in each: no buffer of its own
     graph = lower(lambda x: (lambda a: (a + 1, a * 2))(x.exp()), r(8))
-    assert {b.origins.get("exp") for b in graph.buffers} >= {"exp"}
+    assert len(graph.buffers) == 2
+    assert all("exp" in b.origins for b in graph.buffers)
+
+    def many_reads(a, b, c, d, e):  # reads 5 > REALIZE_REUSED_READS buffers
+        s = a + b + c + d + e
+        return s + 1, s * 2
+
+    graph = lower(many_reads, *(r(8) for _ in range(5)))
+    assert len(graph.buffers) == 3
+
+    def big_body(x):  # more than REALIZE_REUSED_OPS ops
+        for _ in range(20):
+            x = (x * 1.5).sin()
+        return x + 1, x * 2
+
+    graph = lower(big_body, r(8))
     assert len(graph.buffers) == 3
 
 

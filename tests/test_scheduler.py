@@ -8,12 +8,21 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from inductor_lite.fx_lowering.decompositions import decomposition_table
+from inductor_lite.fx_lowering import graph as graph_lowering
 from inductor_lite.fx_lowering.graph import GraphLowering
 from inductor_lite.ir.indexing import index_var, simplify_index, upper_bound
 from inductor_lite.ir.nodes import ComputedBuffer
 from inductor_lite.scheduler.dependencies import FLAT, MemoryDep, extract_read_writes
 from inductor_lite.scheduler.fusion import KernelGroup, fusion_blocker, fusion_score
 from inductor_lite.scheduler.scheduler import ExternSchedulerNode, Scheduler, SchedulerNode
+
+
+@pytest.fixture(autouse=True)
+def realize_reused(monkeypatch):
+    """These tests are about buffers read by several kernels: realize every value with
+    several users instead of recomputing cheap ones in each user."""
+    monkeypatch.setattr(graph_lowering, "REALIZE_REUSED_OPS", -1)
+
 
 i0, i1, i2 = (index_var(f"i{d}") for d in range(3))
 

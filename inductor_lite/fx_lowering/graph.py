@@ -12,8 +12,9 @@ Running the graph with `GraphLowering.run` evaluates each node symbolically:
 - ``higher_order.with_effects`` (AOTAutograd's ordering token around side-effecting
   ops such as ``aten._linalg_check_errors``) becomes an extern call of the wrapped op;
 - an op with a lowering whose output has no elements becomes an allocation only;
-- a lazy value is realized into a `ComputedBuffer` when it has several users, grows
-  too large to inline, feeds an extern, or is a graph output. Realized layouts use
+- a lazy value is realized into a `ComputedBuffer` when it is too large to inline
+  (into each of several users, see `REALIZE_REUSED_OPS`), feeds an extern, or is a
+  graph output. Realized layouts use
   the strides of the node's ``meta['val']`` when those are dense (so graph outputs
   match eager), contiguous strides otherwise.
 
@@ -47,6 +48,21 @@ from ..ir.ops import OpsHandler, set_ops_handler
 MAX_INLINE_OPS = 96
 """A lazy Pointwise whose inlined body has more ops than this is realized (bounds code size)."""
 
+REALIZE_REUSED_OPS = 30
+REALIZE_REUSED_READS = 4
+"""A lazy Pointwise with several users is inlined into each of them (recomputed) unless
+its body has more than `REALIZE_REUSED_OPS` ops or reads more than
+`REALIZE_REUSED_READS` distinct buffers: then it is realized once. Recomputing a cheap
+producer costs less than a round trip through memory (LayerNorm's backward recomputes
+the normalized input in its column-sum kernel instead of reading it back in fp32).
+The thresholds are TorchInductor's (``config.realize_opcount_threshold`` and
+``realize_reads_threshold``, applied in ``StorageBox.should_realize_on_reuse``)."""
+
+REALIZE_ACCUMULATED_READS = 8
+"""A lazy Pointwise that reads more distinct buffers than this is realized even with one
+user, so that branches of small reads do not pile up in one consumer (TorchInductor's
+``realize_acc_reads_threshold``)."""
+
 
 class LoweringError(RuntimeError):
     """An FX node could not be lowered; the message names the node."""
@@ -59,6 +75,11 @@ SymbolSource = tuple[str, str, int]
 class _OpCounter(OpsHandler):
     def __init__(self):
         self.count = 0
+        self.reads: set[str] = set()
+
+    def load(self, name, index):
+        self.count += 1
+        self.reads.add(name)
 
     def masked(self, mask, body, other):
         self.count += 1
@@ -68,12 +89,22 @@ class _OpCounter(OpsHandler):
         self.count += 1
 
 
-def count_ops(loops: Pointwise) -> int:
-    """Number of ``ops`` calls one element of ``loops`` makes (inlined producers included)."""
+def count_ops(loops: Pointwise) -> tuple[int, int]:
+    """``(ops, reads)``: the ``ops`` calls one element of ``loops`` makes and the distinct
+    buffers it loads (inlined producers included)."""
     counter = _OpCounter()
     with set_ops_handler(counter):
         loops.inner_fn(loops.index_vars())
-    return counter.count
+    return counter.count, len(counter.reads)
+
+
+def _should_realize(box: StorageBox, users: int) -> bool:
+    """Whether a lazy value with ``users`` FX users is realized rather than inlined into
+    each (see `REALIZE_REUSED_OPS`)."""
+    num_ops, num_reads = count_ops(box.data)
+    if users > 1:
+        return num_ops > REALIZE_REUSED_OPS or num_reads > REALIZE_REUSED_READS
+    return num_ops > MAX_INLINE_OPS or num_reads > REALIZE_ACCUMULATED_READS
 
 
 def is_dense(size: Sequence[Expr], stride: Sequence[Expr]) -> bool:
@@ -184,7 +215,7 @@ class GraphLowering(torch.fx.Interpreter):
         value = self.fetch_attr(target)
         if not isinstance(value, torch.Tensor):
             return value
-        name = "const_" + str(target).replace(".", "_")
+        name = constant_name(target)
         self.constants[name] = value
         buffer = InputBuffer(name, _layout_of(value), value.storage_offset(), is_constant=True)
         self.graph_inputs[name] = buffer
@@ -247,13 +278,13 @@ class GraphLowering(torch.fx.Interpreter):
     def _after_lowering(self, node: torch.fx.Node, out: Any) -> Any:
         if isinstance(out, StorageBox) and not out.is_realized():
             out.meta_val = node.meta.get("val")
-            if len(node.users) > 1 or count_ops(out.data) > MAX_INLINE_OPS:
+            if _should_realize(out, len(node.users)):
                 self.realize(out)
         elif isinstance(out, GenericView) and len(node.users) > 1:
             base = out.data
             while isinstance(base, GenericView):
                 base = base.data
-            if isinstance(base, StorageBox) and not base.is_realized():
+            if isinstance(base, StorageBox) and not base.is_realized() and _should_realize(base, len(node.users)):
                 self.realize(base)
         return out
 
@@ -389,6 +420,24 @@ class GraphLowering(torch.fx.Interpreter):
 
     def extern_counts(self) -> collections.Counter:
         return collections.Counter(self.extern_ops)
+
+
+def constant_name(target: str) -> str:
+    """The wrapper's name for the tensor constant at ``get_attr`` target ``target``."""
+    return "const_" + str(target).replace(".", "_")
+
+
+def graph_constants(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+    """``gm``'s tensor constants (its ``get_attr`` tensors) by wrapper name: what
+    `GraphLowering.constants` holds after `GraphLowering.run`, without lowering."""
+    constants = {}
+    for node in gm.graph.find_nodes(op="get_attr"):
+        value = gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if isinstance(value, torch.Tensor):
+            constants[constant_name(node.target)] = value
+    return constants
 
 
 def _dtype_without_kernels(args, kwargs, val: Any) -> Optional[torch.dtype]:
