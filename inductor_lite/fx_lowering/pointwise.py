@@ -90,7 +90,10 @@ def _truncdiv(out_dtype: torch.dtype):
     return fn
 
 
-@register_lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+# true_divide (div's alias) appears where a symbolic size is divided as a tensor, e.g. the
+# upsample decompositions' scales under dynamic shapes
+@register_lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
+                   aten.true_divide.Tensor, aten.true_divide.Scalar)
 def _lower_div(ctx, a, b, rounding_mode=None):
     if rounding_mode is None:
         return make_pointwise(ctx, [a, b], lambda dt, x, y: ops.truediv(x, y), Kind.INT_TO_FLOAT)
