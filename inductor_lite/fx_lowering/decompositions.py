@@ -8,7 +8,7 @@ backwards, addcmul & co., and (as TorchInductor does) softmax, log_softmax and
 (cross-entropy reaches the graph as log_softmax + nll_loss), ``logsumexp`` and vector
 norms, and the pointwise losses (MSE, smooth L1, Huber, binary cross-entropy with and
 without logits, soft margin: ``reduction`` none, mean or sum) and math composites
-(``sinc``, ``logaddexp``, ``heaviside``, ``ldexp``, ``xlog1py``, ``log_ndtr``, ...)
+(``sinc``, ``logaddexp``, ``heaviside``, ``xlog1py``, ``log_ndtr``, ...)
 as Inductor decomposes them. Their pieces (``amax``, ``sum``, ``var_mean``, ``exp``, ...) lower to
 `Reduction` and `Pointwise` nodes that the scheduler fuses into one kernel per row
 pattern. Matmuls, convolution, attention and embedding stay whole and become extern
@@ -91,7 +91,6 @@ DECOMPOSED_OPS = [
     aten.heaviside,
     aten.isneginf,
     aten.isposinf,
-    aten.ldexp,
     aten.logaddexp,
     aten.logaddexp2,
     aten.mvlgamma,

@@ -18,7 +18,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 from ..ir.ops import ops
-from .lowerings import NoLowering, const, make_pointwise, register_lowering, register_pointwise
+from .lowerings import NoLowering, const, loader, make_pointwise, register_lowering, register_pointwise
 
 aten = torch.ops.aten
 
@@ -96,6 +96,26 @@ def _lower_round_decimals(ctx, x, decimals=0):
         return ops.mul(ops.round(ops.truediv(v, scale)), scale)
 
     return make_pointwise(ctx, [x], fn)
+
+
+@register_lowering(aten.ldexp.Tensor)
+def _lower_ldexp(ctx, x, exponent):
+    """``x * 2**exponent`` rounded once, as eager computes it (no overflow of ``2**e``
+    on its own: ``ldexp(0.03, 130)`` is finite in fp32). Computed in fp64: there
+    ``2**e`` with ``e`` clamped to [-400, 400] is exact, and so is its product with an
+    fp32, fp16 or bf16 value; beyond that range every such product over- or underflows
+    anyway. An fp64 result has no wider type to use, so it stays an extern."""
+    out_dtype = ctx.out_dtype
+    if out_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise NoLowering(f"ldexp to {out_dtype}")
+    f64 = torch.float64
+    load_x, load_e = loader(x, ctx.out_size, f64), loader(exponent, ctx.out_size, f64)
+
+    def inner_fn(index):
+        e = ops.minimum(ops.maximum(load_e(index), const(-400, f64)), const(400, f64))
+        return ops.to_dtype(ops.mul(load_x(index), ops.exp2(e)), out_dtype)
+
+    return ctx.pointwise(inner_fn, [x, exponent])
 
 
 def _shift(op: str):
