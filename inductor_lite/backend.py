@@ -4,7 +4,8 @@
 min-cut rematerialisation partitioner) and compiles each resulting aten graph
 (forward, backward or inference) with `compile_graph`:
 
-    aten graph -> GraphLowering (IR) -> Scheduler (fusion) -> wrapper + DSL kernels
+    aten graph -> graph passes (`fx_passes`) -> GraphLowering (IR) -> Scheduler (fusion)
+    -> wrapper + DSL kernels
     -> exec'd module whose ``call(args)`` runs the graph.
 
 Compiled graphs use the boxed calling convention (a list of inputs the callee
@@ -35,6 +36,7 @@ from .counters import counters
 from .debug import dump_graph
 from .fx_lowering.decompositions import decomposition_table
 from .fx_lowering.graph import GraphLowering
+from .fx_passes import run_passes
 from .logs import log_artifact
 from .runtime.cudagraphs import cudagraphify, uses_cudagraphs
 from .scheduler.scheduler import Scheduler
@@ -162,6 +164,7 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
     with config.patch(**options):
         config.validate()
         try:
+            run_passes(gm, name)
             compiled = _compile(gm, graph_id, kind, name, mode, options)
         except ConfigError:
             raise

@@ -17,7 +17,7 @@ attribute           environment variable             meaning
 logs                INDUCTOR_LITE_LOGS               comma-separated artifacts to log:
                                                      output_code, fusion, schedule, cache,
                                                      ptx, fallbacks, autotune, cudagraphs,
-                                                     or all
+                                                     passes, or all
 debug_dir           INDUCTOR_LITE_DEBUG_DIR          dump each compiled graph's FX graph,
                                                      IR, DSL, LLVM IR and PTX under this path
 cache_dir           INDUCTOR_LITE_CACHE_DIR          on-disk kernel binary cache
@@ -45,7 +45,7 @@ import os
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 LOG_ARTIFACTS = ("output_code", "fusion", "schedule", "cache", "ptx", "fallbacks", "autotune",
-                 "cudagraphs")
+                 "cudagraphs", "passes")
 """The artifacts ``INDUCTOR_LITE_LOGS`` may name (besides ``all``); see `logs`."""
 
 XBLOCK_RANGE = (16, 4096)

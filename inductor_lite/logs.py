@@ -9,7 +9,8 @@ decisions), ``schedule`` (the kernel order), ``cache`` (disk cache hits and miss
 ``ptx`` (PTX of each compiled kernel), ``fallbacks`` (every aten fallback and every
 graph that ran eagerly, with the reason), ``autotune`` (each candidate config's time
 and the choice), ``cudagraphs`` (CUDA-graph recordings, and every graph or call that
-runs with plain launches instead, with the reason).
+runs with plain launches instead, with the reason), ``passes`` (each graph pass that
+rewrote a graph, and how many patterns).
 
 Logging never stops a compile: an exception from a logger (a user's filter or handler)
 is warned about once and the compile goes on.

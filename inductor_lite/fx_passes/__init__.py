@@ -1,0 +1,65 @@
+"""Graph passes over the aten graph, run by the backend before lowering.
+
+`run_passes` runs `PASSES` in order on each forward, backward or inference graph that
+AOTAutograd hands the backend. Each pass is a function ``(gm) -> int`` that rewrites the
+graph in place, keeping its values (within the dtype's tolerance), and returns the
+number of rewrites. A pass changes the graph only after a whole match is found, so an
+error leaves the graph as it was. For each pass that rewrote something, the driver
+
+- adds the number to ``counters["pass.<name>"]`` (e.g. ``pass.fuse_attention``),
+- logs one line under the ``passes`` artifact (``INDUCTOR_LITE_LOGS=passes``),
+
+and at the end removes dead nodes and recompiles the module, so ``gm.forward`` (the
+eager fallback) runs the rewritten graph too.
+
+The passes, in order:
+
+1. `fuse_attention.fuse_attention`: SDPA's math decomposition back into one fused
+   attention call.
+2. `pad_mm.pad_mm`: GEMMs with a dimension off the tensor-core alignment padded (CUDA).
+3. `split_addmm.split_addmm`: ``addmm`` followed only by pointwise ops becomes ``mm``
+   plus a bias add that fuses into the consumer's kernel.
+
+Padding runs before the split so that a padded ``addmm`` is split like any other.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch.fx
+
+from ..counters import counters
+from ..logs import log_artifact
+from .fuse_attention import fuse_attention
+from .pad_mm import pad_mm
+from .split_addmm import split_addmm
+
+PASSES: list[tuple[str, Callable[[torch.fx.GraphModule], int]]] = [
+    ("fuse_attention", fuse_attention),
+    ("pad_mm", pad_mm),
+    ("split_addmm", split_addmm),
+]
+"""``(name, pass)`` in the order `run_passes` applies them."""
+
+
+def run_passes(gm: torch.fx.GraphModule, graph_name: str) -> dict[str, int]:
+    """Run `PASSES` over ``gm`` in place; returns ``{pass name: rewrites}`` for the
+    passes that fired.
+
+    Args:
+        gm: an aten graph whose nodes carry fake ``meta['val']`` (as AOTAutograd makes).
+        graph_name: the compiled graph's name, for the log.
+    """
+    fired = {}
+    for name, graph_pass in PASSES:
+        n = graph_pass(gm)
+        if n:
+            fired[name] = n
+            counters[f"pass.{name}"] += n
+            log_artifact("passes", f"{graph_name}: {name} rewrote {n} pattern(s)")
+    if fired:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return fired

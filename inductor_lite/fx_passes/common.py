@@ -1,0 +1,131 @@
+"""Helpers the graph passes share: node metadata, shape facts that never add guards,
+and inserting new aten nodes with their fake ``meta['val']``.
+
+The lowering reads every node's ``meta['val']`` (a fake tensor), so a pass that adds a
+node computes it by running the op under the graph's own `FakeTensorMode` (the one
+AOTAutograd traced with, found on the placeholders' values); symbolic sizes stay
+symbolic. Shape comparisons use `statically_known_true`: a pass runs after tracing,
+where a new guard would never be checked, so a fact that is not provable for every
+size means "no match".
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.fx
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.utils import _pytree as pytree
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+VIEW_OPS = frozenset({
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
+    aten.alias.default, aten.clone.default,
+})
+"""Ops that keep a tensor's values and only change its shape or storage (``clone`` and
+``expand`` included: the passes check element counts where broadcasting would matter)."""
+
+
+def val(node: Any) -> Any:
+    """``node.meta['val']`` for an FX node (None when absent); ``node`` itself otherwise."""
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+
+
+def tensor_val(node: Any) -> Optional[torch.Tensor]:
+    """The fake tensor of ``node``, or None when ``node`` is no tensor-valued FX node."""
+    v = val(node) if isinstance(node, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def is_call(node: Any, *targets: Any) -> bool:
+    """True when ``node`` is a ``call_function`` node of one of ``targets``."""
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def python_number(x: Any) -> Optional[float]:
+    """``x`` as a float when it is a plain Python number (not a bool, not symbolic)."""
+    if isinstance(x, numbers.Number) and not isinstance(x, bool) and not isinstance(x, complex):
+        return float(x)
+    return None
+
+
+def same(a: Any, b: Any) -> bool:
+    """``a == b`` for sizes (ints or SymInts), true only when provable for every size."""
+    return bool(statically_known_true(a == b))
+
+
+def same_sizes(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+def numel(sizes: Sequence[Any]) -> Any:
+    return math.prod(sizes) if sizes else 1
+
+
+def is_concrete(t: torch.Tensor) -> bool:
+    """True when every size and stride of ``t`` is a plain int."""
+    return all(isinstance(s, int) for s in (*t.shape, *t.stride()))
+
+
+def last_dim(dims: Any, ndim: int) -> bool:
+    """True when ``dims`` (an int or a one-element list) names the last of ``ndim`` dims."""
+    if isinstance(dims, (list, tuple)):
+        if len(dims) != 1:
+            return False
+        dims = dims[0]
+    return isinstance(dims, int) and dims in (-1, ndim - 1)
+
+
+def only_used_by(node: torch.fx.Node, allowed: set) -> bool:
+    return all(user in allowed for user in node.users)
+
+
+class GraphBuilder:
+    """Inserts aten nodes before ``anchor``, each with ``meta['val']`` from a fake run.
+
+    Raises:
+        RuntimeError: the graph's values carry no fake mode (no ``meta['val']`` on the
+            placeholders), so new nodes could not get one.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, anchor: torch.fx.Node):
+        self.graph = gm.graph
+        self.anchor = anchor
+        self.fake_mode = fake_mode_of(gm)
+
+    def call(self, target: Callable, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        def fake(a: Any) -> Any:
+            return val(a) if isinstance(a, torch.fx.Node) else a
+
+        with self.fake_mode:
+            result = target(*pytree.tree_map(fake, args), **pytree.tree_map(fake, kwargs))
+        with self.graph.inserting_before(self.anchor):
+            node = self.graph.call_function(target, tuple(args), kwargs)
+        node.meta["val"] = result
+        node.meta.update({k: v for k, v in self.anchor.meta.items() if k in ("stack_trace", "seq_nr")})
+        return node
+
+
+def fake_mode_of(gm: torch.fx.GraphModule):
+    """The `FakeTensorMode` the graph was traced with.
+
+    Raises:
+        RuntimeError: no placeholder carries a fake tensor.
+    """
+    values = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = detect_fake_mode(values)
+    if mode is None:
+        raise RuntimeError("graph pass: the graph's placeholders carry no fake meta['val'] "
+                           "(trace it with AOTAutograd or make_fx(tracing_mode='fake'))")
+    return mode
+
+
+def replace_node(old: torch.fx.Node, new: torch.fx.Node) -> None:
+    """Point every user of ``old`` at ``new``; ``old`` is left for dead-code elimination."""
+    old.replace_all_uses_with(new)

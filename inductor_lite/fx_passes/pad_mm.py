@@ -1,0 +1,120 @@
+"""GEMM padding: ``mm``, ``bmm`` and ``addmm`` with a dimension off the tensor-core
+alignment run on zero-padded operands, and the result is sliced back.
+
+cuBLAS picks ``align1`` kernels when a leading dimension is not a multiple of 16 bytes:
+GPT-2's LM head (N = 50257, bf16) takes 3.3 ms per call on an H100 that way, and
+0.44 ms padded to 50264 (issue 20). Padding K with zeros adds zero terms, so the
+padded GEMM computes the same sums; padded M rows and N columns are sliced off.
+
+The rule, decided from the shapes (TorchInductor decides by benchmarking,
+``fx_passes/pad_mm.py``; these are its facts, applied without a benchmark):
+
+- only CUDA tensors (``force=True`` lifts this for tests), with every size of the
+  operands concrete and non-zero;
+- alignment in elements, as Inductor's ``get_alignment_size``: 8 for fp16/bf16, 4 for
+  fp32; other dtypes are left alone;
+- only compute-bound GEMMs, as Inductor's ``is_mm_compute_bound``: the arithmetic
+  intensity ``M*N*K / (M*K + K*N + M*N)`` (multiply-adds per element moved) above half
+  the machine balance. With an H100 SXM's dense peaks (989 TFLOPS bf16/fp16, 495 TFLOPS
+  TF32) and 3350 GB/s, as Inductor computes it (``1000 * TFLOPS / GB/s / 2``), that is
+  `MIN_INTENSITY`: 148 for fp16/bf16, 74 for fp32 (TF32). Below it the padding copies
+  cost more than the slow kernel loses.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.fx
+
+from .common import GraphBuilder, aten, is_call, is_concrete, replace_node, tensor_val
+
+NAME = "pad_mm"
+
+ALIGNMENT = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4}
+"""Elements a GEMM dimension should be a multiple of, per dtype (Inductor's
+``get_alignment_size``)."""
+
+MIN_INTENSITY = {torch.float16: 148.0, torch.bfloat16: 148.0, torch.float32: 74.0}
+"""Arithmetic intensity above which a GEMM is compute-bound (see the module docstring)."""
+
+
+def pad_mm(gm: torch.fx.GraphModule, force: bool = False) -> int:
+    """Pad each misaligned, compute-bound ``mm``/``bmm``/``addmm`` in ``gm``.
+
+    Args:
+        force: pad every misaligned GEMM of a supported dtype, on any device and at any
+            arithmetic intensity (for testing the rewrite on CPU).
+
+    Returns the number of GEMMs padded.
+    """
+    count = 0
+    for node in list(gm.graph.nodes):
+        if not is_call(node, aten.mm.default, aten.bmm.default, aten.addmm.default) or not node.users:
+            continue
+        if is_call(node, aten.addmm.default) and (len(node.args) != 3 or set(node.kwargs) - {"beta", "alpha"}):
+            continue
+        a, b = node.args[-2:]
+        bias = node.args[0] if is_call(node, aten.addmm.default) else None
+        plan = _plan(a, b, bias, force)
+        if plan is None:
+            continue
+        replace_node(node, _emit(gm, node, a, b, bias, *plan))
+        count += 1
+    return count
+
+
+def _plan(a, b, bias, force: bool) -> Optional[tuple[int, int, int]]:
+    """``(pad_m, pad_k, pad_n)`` in elements, or None when the GEMM is left alone."""
+    av, bv = tensor_val(a), tensor_val(b)
+    tensors = [t for t in (av, bv, tensor_val(bias)) if t is not None]
+    if av is None or bv is None or (bias is not None and len(tensors) != 3):
+        return None
+    if not all(is_concrete(t) for t in tensors) or av.dtype != bv.dtype or av.dtype not in ALIGNMENT:
+        return None
+    if not force and not all(t.device.type == "cuda" for t in tensors):
+        return None
+    m, k = av.shape[-2:]
+    n = bv.shape[-1]
+    if 0 in (m, k, n):
+        return None
+    align = ALIGNMENT[av.dtype]
+    pads = tuple(-size % align for size in (m, k, n))
+    if not any(pads):
+        return None
+    if not force and m * n * k / (m * k + k * n + m * n) <= MIN_INTENSITY[av.dtype]:
+        return None
+    return pads
+
+
+def _emit(gm, node, a, b, bias, pad_m: int, pad_k: int, pad_n: int) -> torch.fx.Node:
+    """The padded GEMM, sliced back to ``node``'s shape."""
+    build = GraphBuilder(gm, node)
+    if pad_m or pad_k:
+        a = build.call(aten.constant_pad_nd.default, a, [0, pad_k, 0, pad_m], 0.0)
+    if pad_k or pad_n:
+        b = build.call(aten.constant_pad_nd.default, b, [0, pad_n, 0, pad_k], 0.0)
+    if bias is None:
+        out = build.call(node.target, a, b)
+    else:
+        bias = _pad_bias(build, bias, pad_m, pad_n)
+        out = build.call(aten.addmm.default, bias, a, b, **node.kwargs)
+    rank = tensor_val(out).dim()
+    m, n = tensor_val(node).shape[-2:]
+    if pad_m:
+        out = build.call(aten.slice.Tensor, out, rank - 2, 0, m)
+    if pad_n:
+        out = build.call(aten.slice.Tensor, out, rank - 1, 0, n)
+    return out
+
+
+def _pad_bias(build: GraphBuilder, bias: torch.fx.Node, pad_m: int, pad_n: int) -> torch.fx.Node:
+    """``addmm``'s ``input`` (broadcast to ``[M, N]``) padded where it has the full size."""
+    shape = tensor_val(bias).shape
+    widths = []  # constant_pad_nd's order: last dim first
+    for pad, dim in ((pad_n, -1), (pad_m, -2)):
+        widths += [0, pad if len(shape) >= -dim and shape[dim] != 1 else 0]
+    if not any(widths):
+        return bias
+    return build.call(aten.constant_pad_nd.default, bias, widths[:2 * len(shape)], 0.0)

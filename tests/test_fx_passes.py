@@ -1,0 +1,353 @@
+"""Graph passes over the aten graph (inductor_lite.fx_passes): each fires on its
+pattern (counters), keeps the values of eager, and stays away where it must."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import inductor_lite  # noqa: F401  (registers the backend)
+from inductor_lite.config import config
+from inductor_lite.counters import counters, reset
+from inductor_lite.fx_passes import run_passes
+from inductor_lite.fx_passes.pad_mm import pad_mm
+
+aten = torch.ops.aten
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+       torch.float64: dict(atol=1e-10, rtol=1e-10)}
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    reset()
+    with config.patch(fallback_on_error=False):
+        yield
+
+
+def _compile(fn, **kwargs):
+    return torch.compile(fn, backend="inductor_lite", **kwargs)
+
+
+def _rand(*shape, dtype=torch.float32, requires_grad=False):
+    return torch.randn(*shape, dtype=dtype).requires_grad_(requires_grad)
+
+
+# ---------------------------------------------------------------- attention
+
+def sdpa_math(q, k, v, mask=None, scale=None):
+    """SDPA's math path, the form attention reaches the aten graph in when no fused
+    kernel was picked at trace time (what CUDA gives BERT under torch.compile)."""
+    return aten._scaled_dot_product_attention_math(q, k, v, mask, scale=scale)[0]
+
+
+def sdpa_math_upcast(q, k, v, mask):
+    """The CUDA math path for bf16: q, k, v upcast to fp32, the result cast back."""
+    return sdpa_math(q.float(), k.float(), v.float(), mask.float()).to(q.dtype)
+
+
+def bert_eager_attention(q, k, v, mask):
+    """HF BERT's eager attention: matmul, divide by sqrt(d), add the mask, softmax, matmul."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return torch.matmul(F.softmax(scores + mask, dim=-1), v)
+
+
+def _qkv(b=2, h=3, lq=8, lk=8, e=16, dtype=torch.float32, requires_grad=False):
+    return (_rand(b, h, lq, e, dtype=dtype, requires_grad=requires_grad),
+            _rand(b, h, lk, e, dtype=dtype, requires_grad=requires_grad),
+            _rand(b, h, lk, e, dtype=dtype, requires_grad=requires_grad))
+
+
+def _reference(fn, *args):
+    """``fn`` in fp64 on fp64 copies of the arguments."""
+    return fn(*(a.detach().double() if isinstance(a, torch.Tensor) else a for a in args))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_math_is_fused(dtype):
+    q, k, v = _qkv(dtype=dtype)
+    mask = _rand(2, 1, 8, 8, dtype=dtype)
+    with torch.no_grad():
+        out = _compile(sdpa_math)(q, k, v, mask, 0.3)
+    assert counters["pass.fuse_attention"] == 1
+    assert counters["extern.aten._scaled_dot_product_flash_attention_for_cpu.default"] == 1
+    assert not any(key.startswith("extern.aten.bmm") for key in counters)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), _reference(sdpa_math, q, k, v, mask, 0.3), **TOL[dtype])
+
+
+def test_attention_upcast_runs_in_low_precision():
+    q, k, v = _qkv(dtype=torch.bfloat16)
+    mask = _rand(2, 1, 1, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = _compile(sdpa_math_upcast)(q, k, v, mask)
+    assert counters["pass.fuse_attention"] == 1
+    assert counters["extern.aten._scaled_dot_product_flash_attention_for_cpu.default"] == 1
+    assert counters["extern.aten._to_copy.default"] == 0  # no fp32 copies of q, k, v remain
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), _reference(sdpa_math, q, k, v, mask), **TOL[torch.bfloat16])
+
+
+def test_bert_eager_attention_without_mask_scale_folded():
+    q, k, v = _qkv(e=32)
+    mask = torch.zeros(2, 1, 1, 8)
+    mask[1, :, :, 5:] = torch.finfo(torch.float32).min  # padding tokens of the second sequence
+    with torch.no_grad():
+        out = _compile(bert_eager_attention)(q, k, v, mask)
+    assert counters["pass.fuse_attention"] == 1
+    torch.testing.assert_close(out.double(), _reference(bert_eager_attention, q, k, v, mask), **TOL[torch.float32])
+
+
+def test_attention_fully_masked_rows_are_zero_as_in_eager():
+    q, k, v = _qkv()
+    mask = torch.zeros(2, 1, 8, 8)
+    mask[0, :, 3] = -math.inf  # query row 3 of batch 0 sees nothing: _safe_softmax gives 0
+    with torch.no_grad():
+        out = _compile(sdpa_math)(q, k, v, mask)
+    assert counters["pass.fuse_attention"] == 1
+    expected = _reference(sdpa_math, q, k, v, mask)
+    assert not expected.isnan().any()
+    torch.testing.assert_close(out.double(), expected, **TOL[torch.float32])
+
+
+def test_attention_dynamic_shapes():
+    fn = _compile(sdpa_math, dynamic=True)
+    with torch.no_grad():
+        for lq in (8, 12):
+            q, k, v = _qkv(lq=lq, lk=lq + 2)
+            mask = _rand(2, 1, lq, lq + 2)
+            # an explicit scale: the default 1/sqrt(E) of a symbolic E is a SymFloat
+            torch.testing.assert_close(fn(q, k, v, mask, 0.25).double(), _reference(sdpa_math, q, k, v, mask, 0.25),
+                                       **TOL[torch.float32])
+    assert counters["pass.fuse_attention"] >= 1
+
+
+def test_attention_training_matches_eager():
+    # The forward graph saves the probabilities for the backward, so the pattern's
+    # intermediates have users outside it: the pass must leave it alone.
+    q, k, v = _qkv(requires_grad=True)
+    mask = _rand(2, 1, 8, 8)
+    out = _compile(sdpa_math)(q, k, v, mask)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    assert counters["pass.fuse_attention"] == 0
+    refs = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    expected = sdpa_math(*refs, mask.double())
+    expected.backward(grad.double())
+    torch.testing.assert_close(out.double(), expected, **TOL[torch.float32])
+    for t, ref in zip((q, k, v), refs):
+        torch.testing.assert_close(t.grad.double(), ref.grad, **TOL[torch.float32])
+
+
+def _grows_scores(q, k, v, mask):
+    # a [2, ...] mask added to [1, ...] scores makes the softmax input bigger than them
+    return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) + mask, dim=-1), v)
+
+
+def _scaled_mask(q, k, v, mask):
+    return torch.matmul(torch.softmax((torch.matmul(q, k.transpose(-1, -2)) + mask) * 0.5, dim=-1), v)
+
+
+def _softmax_other_dim(q, k, v, mask):
+    return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) + mask, dim=-2), v)
+
+
+def _scores_also_returned(q, k, v, mask):
+    scores = torch.matmul(q, k.transpose(-1, -2)) + mask
+    return torch.matmul(torch.softmax(scores, dim=-1), v), scores
+
+
+def _probs_transposed(q, k, v, mask):
+    return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) + mask, dim=-1).transpose(-1, -2), v)
+
+
+@pytest.mark.parametrize("fn, batch", [(_grows_scores, 1), (_scaled_mask, 2), (_softmax_other_dim, 2),
+                                       (_scores_also_returned, 2), (_probs_transposed, 2)])
+def test_attention_not_fused(fn, batch):
+    q, k, v = _qkv(b=batch)
+    mask = _rand(2, 3, 8, 8)
+    with torch.no_grad():
+        out = _compile(fn)(q, k, v, mask)
+    assert counters["pass.fuse_attention"] == 0
+    expected = _reference(fn, q, k, v, mask)
+    torch.testing.assert_close(out, expected, check_dtype=False, **TOL[torch.float32])
+
+
+def test_attention_with_dropout_not_fused():
+    q, k, v = _qkv()
+    out = _compile(lambda q, k, v: torch.matmul(F.dropout(torch.softmax(q @ k.transpose(-1, -2), -1), 0.5), v))(q, k, v)
+    assert counters["pass.fuse_attention"] == 0
+    assert out.shape == q.shape and out.isfinite().all()
+
+
+def test_passes_are_logged(caplog):
+    q, k, v = _qkv()
+    with config.patch(logs="passes"), torch.no_grad():
+        logger = logging.getLogger("inductor_lite.passes")
+        logger.addHandler(caplog.handler)
+        try:
+            _compile(sdpa_math)(q, k, v)
+        finally:
+            logger.removeHandler(caplog.handler)
+    assert any("fuse_attention rewrote 1" in r.getMessage() for r in caplog.records)
+
+
+# ---------------------------------------------------------------- addmm split
+
+class _LinearGelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 24)
+
+    def forward(self, x):
+        return F.gelu(self.linear(x)) * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_addmm_split_fuses_bias_into_consumer(dtype):
+    model = _LinearGelu().to(dtype)
+    x = _rand(2, 5, 16, dtype=dtype)
+    with torch.no_grad():
+        out = _compile(model)(x)
+        expected = model.double()(x.double())
+    assert counters["pass.split_addmm"] == 1
+    assert counters["extern.aten.mm.default"] == 1 and counters["extern.aten.addmm.default"] == 0
+    assert counters["kernels_generated"] == 1  # bias add + gelu + mul in one kernel
+    torch.testing.assert_close(out.double(), expected, **TOL[dtype])
+
+
+class _LinearTanh(_LinearGelu):
+    def forward(self, x):
+        # tanh's backward reads tanh's output, so the addmm's output is not saved
+        return torch.tanh(self.linear(x) * 3)
+
+
+def test_addmm_split_training():
+    model = _LinearTanh()
+    x = _rand(4, 16, requires_grad=True)
+    out = _compile(model)(x)
+    out.sum().backward()
+    assert counters["pass.split_addmm"] == 1
+    ref_model = _LinearTanh().double()
+    ref_model.load_state_dict(model.state_dict())
+    x_ref = x.detach().double().requires_grad_()
+    ref_model(x_ref).sum().backward()
+    torch.testing.assert_close(x.grad.double(), x_ref.grad, **TOL[torch.float32])
+    torch.testing.assert_close(model.linear.weight.grad.double(), ref_model.linear.weight.grad, **TOL[torch.float32])
+    torch.testing.assert_close(model.linear.bias.grad.double(), ref_model.linear.bias.grad, **TOL[torch.float32])
+
+
+def test_addmm_kept_when_output_is_returned():
+    linear = torch.nn.Linear(16, 24)
+    x = _rand(4, 16)
+    with torch.no_grad():
+        out = _compile(lambda t: (linear(t), linear(t).relu()))(x)
+        y = linear(x)
+    # dynamo's graph computes linear(t) twice: the returned addmm stays, the other splits
+    assert counters["pass.split_addmm"] == 1
+    assert counters["extern.aten.addmm.default"] == 1
+    torch.testing.assert_close(out[0], y)
+    torch.testing.assert_close(out[1], y.relu())
+
+
+# ---------------------------------------------------------------- GEMM padding
+
+def _fake_graph(fn, *args, tracing_mode="fake"):
+    return make_fx(fn, tracing_mode=tracing_mode)(*args)
+
+
+GEMMS = {
+    "mm": (lambda a, b: a @ b, lambda dtype: (_rand(5, 6, dtype=dtype), _rand(6, 7, dtype=dtype))),
+    "bmm": (torch.bmm, lambda dtype: (_rand(3, 5, 6, dtype=dtype), _rand(3, 6, 7, dtype=dtype))),
+    "addmm": (lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+              lambda dtype: (_rand(7, dtype=dtype), _rand(5, 6, dtype=dtype), _rand(6, 7, dtype=dtype))),
+    "addmm_2d_bias": (torch.addmm,
+                      lambda dtype: (_rand(5, 7, dtype=dtype), _rand(5, 6, dtype=dtype), _rand(6, 7, dtype=dtype))),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(GEMMS))
+def test_pad_mm_forced_keeps_values(name, dtype):
+    fn, make_args = GEMMS[name]
+    args = make_args(dtype)
+    gm = _fake_graph(fn, *args)
+    assert pad_mm(gm, force=True) == 1
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    pads = [n for n in gm.graph.nodes if n.target is aten.constant_pad_nd.default]
+    assert pads, "nothing was padded"
+    for n in gm.graph.nodes:
+        if n.target in (aten.mm.default, aten.bmm.default, aten.addmm.default):
+            m, n_ = n.meta["val"].shape[-2:]
+            assert m % 4 == 0 and n_ % 4 == 0
+    out = gm(*args)
+    expected = fn(*args)
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out, expected, **TOL[dtype])
+
+
+def test_pad_mm_through_backend_forced():
+    a, b = _rand(5, 6), _rand(6, 7)
+
+    def forced(gm):
+        return pad_mm(gm, force=True)
+
+    from inductor_lite import fx_passes
+    saved = list(fx_passes.PASSES)
+    fx_passes.PASSES[:] = [("pad_mm", forced)]
+    try:
+        out = _compile(lambda x, y: (x @ y).relu())(a, b)
+    finally:
+        fx_passes.PASSES[:] = saved
+    assert counters["pass.pad_mm"] == 1
+    torch.testing.assert_close(out, (a @ b).relu())
+
+
+def test_pad_mm_leaves_cpu_aligned_and_symbolic_gemms():
+    a, b = _rand(5, 6), _rand(6, 7)
+    assert pad_mm(_fake_graph(torch.mm, a, b)) == 0  # CPU without force
+    assert pad_mm(_fake_graph(torch.mm, _rand(8, 4), _rand(4, 12)), force=True) == 0  # aligned
+    assert pad_mm(_fake_graph(torch.mm, a, b, tracing_mode="symbolic"), force=True) == 0
+    assert pad_mm(_fake_graph(torch.mm, a.double(), b.double()), force=True) == 0  # no alignment rule
+
+
+def test_run_passes_counts_and_recompiles():
+    q, k, v = _qkv()
+    # without decompositions the graph keeps aten._safe_softmax whole
+    gm = make_fx(lambda q, k, v: sdpa_math(q, k, v), tracing_mode="fake")(q, k, v)
+    assert any(n.target is aten._safe_softmax.default for n in gm.graph.nodes)
+    assert run_passes(gm, "test") == {"fuse_attention": 1}
+    assert counters["pass.fuse_attention"] == 1
+    assert not any(n.target is aten.bmm.default for n in gm.graph.nodes)
+    torch.testing.assert_close(gm(q, k, v), sdpa_math(q, k, v))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_attention_upcast_math_fused(dtype):
+    q, k, v = (t.cuda() for t in _qkv(h=4, lq=128, lk=128, e=64, dtype=dtype))
+    mask = _rand(2, 1, 1, 128, dtype=dtype).cuda()
+    with torch.no_grad():
+        out = _compile(sdpa_math_upcast)(q, k, v, mask)
+    assert counters["pass.fuse_attention"] == 1
+    assert counters["extern.aten.scaled_dot_product_attention.default"] == 1
+    torch.testing.assert_close(out.double(), _reference(sdpa_math, q, k, v, mask), **TOL[torch.bfloat16])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_pad_mm_lm_head():
+    # GPT-2's LM head shape: N = 50257 is padded to 50264
+    x = _rand(512, 768, dtype=torch.bfloat16).cuda()
+    w = _rand(50257, 768, dtype=torch.bfloat16).cuda() * 0.05
+    with torch.no_grad():
+        out = _compile(lambda a, b: a @ b.t())(x, w)
+    assert counters["pass.pad_mm"] == 1
+    torch.testing.assert_close(out.float(), x.float() @ w.float().t(), atol=5e-2, rtol=2e-2)
