@@ -8,6 +8,11 @@ min-cut rematerialisation partitioner) and compiles each resulting aten graph
     -> wrapper + DSL kernels
     -> exec'd module whose ``call(args)`` runs the graph.
 
+A graph compiled before, in this process or another, is loaded from the graph cache
+(`runtime.graph_cache`, under ``INDUCTOR_LITE_CACHE_DIR``) instead: its wrapper source is
+exec'd without lowering, scheduling or codegen. AOTAutograd still runs (the module
+docstring there says why torch's AOTAutograd cache is not used).
+
 Compiled graphs use the boxed calling convention (a list of inputs the callee
 clears). A graph that fails to compile - or whose first run fails - runs eagerly
 instead when ``config.fallback_on_error`` is set (the default): the failure is
@@ -30,15 +35,16 @@ from torch._dynamo.exc import RestartAnalysis
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from .codegen.wrapper import generate_wrapper, load_module
+from .codegen.wrapper import WrapperCode, generate_wrapper, load_module
 from .config import ConfigError, check_option, config
 from .counters import counters
 from .debug import dump_graph
 from .fx_lowering.decompositions import decomposition_table
-from .fx_lowering.graph import GraphLowering
+from .fx_lowering.graph import GraphLowering, graph_constants
 from .fx_passes import run_passes
 from .logs import log_artifact
 from .runtime.cudagraphs import cudagraphify, uses_cudagraphs
+from .runtime.graph_cache import CachedGraph, default_graph_cache
 from .scheduler.scheduler import Scheduler
 
 log = logging.getLogger("inductor_lite")
@@ -182,6 +188,32 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
 
 def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode: str,
              options: dict) -> CompiledGraph:
+    cache = default_graph_cache()
+    # a debug dump wants every stage, so it lowers the graph even when an entry exists
+    key = None if config.debug_dir else cache.key(gm, name)
+    loaded = cache.load(key, name, functools.partial(_load_entry, gm=gm)) if key else None
+    if loaded is None:
+        loaded = _lower(gm, graph_id, kind, name)
+        if key:
+            cache.put(key, loaded[0])
+    else:
+        log_artifact("output_code", loaded[0].source)
+    entry, call = loaded
+    counters["kernels_generated"] += len(entry.kernels)
+    for op, n in entry.extern_ops.items():
+        counters["extern_calls"] += n
+        counters[f"extern.{op}"] += n
+    return CompiledGraph(call, gm.forward, entry.source, name, mode, options)
+
+
+def _load_entry(entry: CachedGraph, gm: torch.fx.GraphModule) -> tuple[CachedGraph, Callable]:
+    """A graph cache entry of ``gm`` and its loaded ``call`` (``gm`` holds the constants)."""
+    call, _ = load_module(WrapperCode(entry.source, [], graph_constants(gm)))
+    return entry, call
+
+
+def _lower(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str) -> tuple[CachedGraph, Callable]:
+    """Lower, schedule and generate ``gm``; returns what the graph cache stores and ``call``."""
     graph = GraphLowering(gm)
     graph.run()
     scheduler = Scheduler(graph)
@@ -198,11 +230,7 @@ def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode
         )
     log_artifact("output_code", code.source)
     call, _ = load_module(code, kernel_dir)
-    counters["kernels_generated"] += len(code.kernels)
-    for op, n in graph.extern_counts().items():
-        counters["extern_calls"] += n
-        counters[f"extern.{op}"] += n
-    return CompiledGraph(call, gm.forward, code.source, name, mode, options)
+    return CachedGraph(code.source, tuple(k.name for k in code.kernels), dict(graph.extern_counts())), call
 
 
 def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: Optional[str] = None,

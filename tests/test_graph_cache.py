@@ -1,0 +1,237 @@
+"""The graph cache (`runtime.graph_cache`): a warm start loads compiled graphs from disk.
+
+Each test runs with an empty cache directory (conftest). In-process tests call
+``torch._dynamo.reset()`` between compiles, so Dynamo and AOTAutograd run again and the
+backend sees the same aten graph; the fresh-process test runs two Python processes on
+one cache directory, the second unable to lower anything.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import inductor_lite
+from inductor_lite.config import config
+from inductor_lite.counters import counters
+from inductor_lite.runtime import graph_cache
+from inductor_lite.runtime.graph_cache import CachedGraph, UncacheableGraph, default_graph_cache, encode_entry
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    with config.patch(fallback_on_error=False, disable_cache=False):
+        yield
+    torch._dynamo.reset()
+
+
+def scaled_softmax(x, w):
+    scale = torch.tensor([0.5, 2.0, -1.0, 3.0], dtype=x.dtype)  # a tensor constant of the aten graph
+    y = torch.relu(x @ w) * scale
+    return y.softmax(-1) + y.sum(0)
+
+
+def compile_and_check(fn, *args, **compile_kwargs):
+    """Compile ``fn`` afresh (new Dynamo and AOTAutograd run), check it against eager."""
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="inductor_lite", **compile_kwargs)(*args), fn(*args))
+
+
+def entries():
+    directory = default_graph_cache().directory
+    return sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+
+
+def outcome():
+    return {k: counters[k] for k in ("graph_cache_hits", "graph_cache_misses", "graph_cache_corrupt")}
+
+
+def inputs(rows=8, dtype=torch.float32):
+    return torch.randn(rows, 16, dtype=dtype), torch.randn(16, 4, dtype=dtype)
+
+
+WARM_START_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    import inductor_lite
+    from inductor_lite import backend
+
+    if sys.argv[1] == "warm":
+        class NoLowering:
+            def __init__(self, *args, **kwargs):
+                raise AssertionError("a graph was lowered on a warm start")
+        backend.GraphLowering = NoLowering
+
+    def f(x, w):
+        scale = torch.tensor([0.5, 2.0, -1.0, 3.0], dtype=x.dtype)  # a tensor constant
+        y = torch.relu(x @ w) * scale
+        return y.softmax(-1) + y.sum(0)
+
+    def g(x):
+        return (x * 2).sin().sum(-1)
+
+    torch.manual_seed(int(sys.argv[2]))  # fresh inputs in each process
+    x = torch.randn(8, 16, dtype=torch.float64)
+    w = torch.randn(16, 4, dtype=torch.float64, requires_grad=True)
+    w_ref = w.detach().clone().requires_grad_()
+    out = torch.compile(f, backend="inductor_lite")(x, w)
+    out.sum().backward()
+    ref = f(x, w_ref)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+    xd = torch.randn(int(sys.argv[3]), 5)
+    torch.testing.assert_close(torch.compile(g, backend="inductor_lite", dynamic=True)(xd), g(xd))
+    print(json.dumps(dict(inductor_lite.counters)))
+""")
+
+
+def run_process(script, cache_dir, *args):
+    env = dict(os.environ, INDUCTOR_LITE_CACHE_DIR=str(cache_dir), INDUCTOR_LITE_FALLBACK_ON_ERROR="0",
+               PYTHONPATH=REPO)
+    env.pop("INDUCTOR_LITE_DISABLE_CACHE", None)
+    env.pop("INDUCTOR_LITE_DEBUG_DIR", None)
+    proc = subprocess.run([sys.executable, str(script), *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_fresh_process_loads_every_graph_without_lowering(tmp_path):
+    """Forward, backward (with a tensor constant) and a dynamic-shape graph: compiled in
+    one process, loaded in the next, which cannot lower and runs another size."""
+    script = tmp_path / "warm_start.py"
+    script.write_text(WARM_START_SCRIPT)
+    cold = run_process(script, tmp_path / "cache", "cold", 0, 6)
+    warm = run_process(script, tmp_path / "cache", "warm", 1, 11)
+    assert cold.get("graph_cache_misses") == 3 and "graph_cache_hits" not in cold
+    assert warm.get("graph_cache_hits") == 3 and "graph_cache_misses" not in warm
+    # counters describe the compiled graphs the same way warm or cold
+    for name in ("graphs_compiled", "kernels_generated", "extern_calls"):
+        assert warm[name] == cold[name] > 0
+
+
+def test_same_graph_hits_and_other_shapes_or_dtypes_miss():
+    x, w = inputs()
+    compile_and_check(scaled_softmax, x, w)
+    assert outcome() == {"graph_cache_hits": 0, "graph_cache_misses": 1, "graph_cache_corrupt": 0}
+    assert len(entries()) == 1
+    compile_and_check(scaled_softmax, *inputs())
+    assert counters["graph_cache_hits"] == 1
+    compile_and_check(scaled_softmax, *inputs(rows=5))
+    compile_and_check(scaled_softmax, *inputs(dtype=torch.float64))
+    assert outcome() == {"graph_cache_hits": 1, "graph_cache_misses": 3, "graph_cache_corrupt": 0}
+    assert len(entries()) == 3
+
+
+def test_dynamic_shapes_hit_for_another_size():
+    compile_and_check(scaled_softmax, *inputs(rows=6), dynamic=True)
+    compile_and_check(scaled_softmax, *inputs(rows=13), dynamic=True)
+    assert outcome() == {"graph_cache_hits": 1, "graph_cache_misses": 1, "graph_cache_corrupt": 0}
+
+
+def test_a_config_change_invalidates_and_logging_does_not():
+    x, w = inputs()
+    compile_and_check(scaled_softmax, x, w)
+    compile_and_check(scaled_softmax, x, w, options={"xblock": 256})
+    with config.patch(num_warps=8):
+        compile_and_check(scaled_softmax, x, w)
+    assert outcome() == {"graph_cache_hits": 0, "graph_cache_misses": 3, "graph_cache_corrupt": 0}
+    compile_and_check(scaled_softmax, x, w, options={"logs": "cache"})
+    assert counters["graph_cache_hits"] == 1
+
+
+def test_a_toolchain_change_invalidates(monkeypatch):
+    x, w = inputs()
+    compile_and_check(scaled_softmax, x, w)
+    versions = graph_cache.toolchain()
+    monkeypatch.setattr(graph_cache, "toolchain", lambda: {**versions, "torch": "another version"})
+    compile_and_check(scaled_softmax, x, w)
+    assert outcome() == {"graph_cache_hits": 0, "graph_cache_misses": 2, "graph_cache_corrupt": 0}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "source_fails_to_load"])
+def test_a_corrupt_entry_is_counted_and_rebuilt(damage):
+    x, w = inputs()
+    compile_and_check(scaled_softmax, x, w)
+    (name,) = entries()
+    path = os.path.join(default_graph_cache().directory, name)
+    data = open(path, "rb").read()
+    key = name.removesuffix(".ilgraph")
+    damaged = {
+        "truncated": data[: len(data) // 2],
+        "garbage": os.urandom(len(data)),
+        # a whole, checksummed entry whose source cannot run
+        "source_fails_to_load": encode_entry(key, CachedGraph("def call(args:\n", (), {})),
+    }[damage]
+    with open(path, "wb") as f:
+        f.write(damaged)
+    compile_and_check(scaled_softmax, *inputs())
+    assert counters["graph_cache_corrupt"] == 1 and counters["graph_cache_hits"] == 0
+    assert graph_cache.decode_entry(open(path, "rb").read(), key).source != "def call(args:\n"  # rebuilt
+    compile_and_check(scaled_softmax, *inputs())
+    assert counters["graph_cache_hits"] == 1
+
+
+def test_disabled_cache_reads_and_writes_nothing():
+    x, w = inputs()
+    with config.patch(disable_cache=True):
+        compile_and_check(scaled_softmax, x, w)
+        compile_and_check(scaled_softmax, x, w)
+    assert entries() == []
+    assert outcome() == {"graph_cache_hits": 0, "graph_cache_misses": 0, "graph_cache_corrupt": 0}
+
+
+def test_a_debug_dump_lowers_a_cached_graph(tmp_path):
+    x, w = inputs()
+    compile_and_check(scaled_softmax, x, w)
+    with config.patch(debug_dir=str(tmp_path / "dump")):
+        compile_and_check(scaled_softmax, x, w)
+    assert counters["graph_cache_hits"] == 0
+    dumped = [files for _, _, files in os.walk(tmp_path / "dump")]
+    assert any("ir_post_fusion.txt" in files for files in dumped), dumped
+
+
+def test_an_unwritable_cache_dir_warns_and_compiles(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    x, w = inputs()
+    with config.patch(cache_dir=str(blocker)), pytest.warns(RuntimeWarning, match="graph cache turned off"):
+        compile_and_check(scaled_softmax, x, w)
+
+
+def _graph_with_constant(value):
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    gm.register_buffer("c", value)
+    x = gm.graph.placeholder("x")
+    c = gm.graph.get_attr("c")
+    gm.graph.output(gm.graph.call_function(torch.ops.aten.add.Tensor, (x, c)))
+    gm.recompile()
+    return gm
+
+
+def test_the_key_covers_constant_values():
+    key = graph_cache.graph_key(_graph_with_constant(torch.arange(4.0)))
+    assert graph_cache.graph_key(_graph_with_constant(torch.arange(4.0))) == key
+    assert graph_cache.graph_key(_graph_with_constant(torch.arange(4.0) + 1)) != key
+    assert graph_cache.graph_key(_graph_with_constant(torch.arange(4.0).double())) != key
+    # a view: only its own elements count
+    assert graph_cache.graph_key(_graph_with_constant(torch.arange(8.0)[2:6] - 2)) == key
+
+
+def test_a_graph_without_a_stable_key_bypasses_the_cache():
+    gm = _graph_with_constant(torch.arange(4.0))
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    node.target = lambda a, b: a + b
+    with pytest.raises(UncacheableGraph, match="no stable name"):
+        graph_cache.graph_key(gm)
+    assert default_graph_cache().key(gm, "graph_0_inference") is None
+    assert counters["graph_cache_bypasses"] == 1
