@@ -20,7 +20,8 @@ logs                INDUCTOR_LITE_LOGS               comma-separated artifacts t
                                                      passes, or all
 debug_dir           INDUCTOR_LITE_DEBUG_DIR          dump each compiled graph's FX graph,
                                                      IR, DSL, LLVM IR and PTX under this path
-cache_dir           INDUCTOR_LITE_CACHE_DIR          on-disk kernel binary cache
+cache_dir           INDUCTOR_LITE_CACHE_DIR          on-disk caches: kernel binaries,
+                                                     autotuning decisions, compiled graphs
 disable_cache       INDUCTOR_LITE_DISABLE_CACHE      1: never read or write the disk cache
 interpret           INDUCTOR_LITE_INTERPRET          1: run every kernel in the interpreter,
                                                      CUDA tensors included

@@ -4,11 +4,17 @@
 
 - ``graphs_compiled``: FX graphs (forward, backward or inference) the backend lowered;
 - ``graphs_fallback``: graphs that failed to lower and run eagerly instead;
-- ``kernels_generated``: DSL kernels emitted by codegen;
+- ``kernels_generated``: DSL kernels in compiled graphs (emitted by codegen, or loaded
+  with a graph from the graph cache);
 - ``kernels_compiled``: binaries built through LLVM (disk-cache misses);
 - ``cache_hits``: binaries loaded from the on-disk cache;
 - ``extern_calls``: aten fallback calls placed in compiled graphs;
 - ``extern.<op>``: the same, per aten overload, e.g. ``extern.aten.mm.default``;
+- ``graph_cache_hits``, ``graph_cache_misses``: compiled graphs loaded from the on-disk
+  graph cache (`runtime.graph_cache`), or not found there and compiled;
+- ``graph_cache_corrupt``: graph cache entries that failed their checks (deleted,
+  counted as misses, rebuilt); ``graph_cache_bypasses``: graphs with no stable key,
+  compiled without the cache;
 - ``autotune_runs``: tuning keys decided by timing (not from the disk cache).
 - ``cudagraph_recordings``, ``cudagraph_replays``: CUDA graphs captured, and calls
   answered by a replay (``mode="reduce-overhead"``, `runtime.cudagraphs`);
