@@ -9,8 +9,11 @@ interpreter; the same tests marked `gpu` run the compiled PTX.
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+import inductor_lite
 import inductor_lite.dsl as dl
+from inductor_lite.config import config
 from inductor_lite.dsl import assembler, compiler
 
 
@@ -59,3 +62,177 @@ def test_block_atomic_add_ptx_assembles(cc, pointee):
     ptx = compiler.compile_ptx(_scatter_add_kernel.build_ir(spec), cc=cc, num_warps=4).ptx
     if assembler.can_assemble():
         assembler.check_ptx_assembles(ptx, cc)
+
+
+# ----------------------------------------------------------------------------- through the backend
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    with config.patch(fallback_on_error=False):
+        yield
+    torch._dynamo.reset()
+
+
+def rand(*size, dtype=torch.float32):
+    if dtype.is_floating_point:
+        return torch.randn(size).to(dtype)
+    return torch.randint(-1000, 1000, size, dtype=dtype)
+
+
+def externs() -> list[str]:
+    return sorted(k for k in inductor_lite.counters if k.startswith("extern."))
+
+
+def check(fn, *args, kernels=None, dynamic=False, exact=False):
+    """``fn`` compiled matches eager with no extern call (and ``kernels`` kernels if
+    given). Float results that sum repeated indices are compared with an fp64 eager
+    run at the dtype's tolerance (the order of atomic adds varies); ``exact`` results
+    (stores only) and integers exactly."""
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    got = torch.compile(fn, backend="inductor_lite", dynamic=dynamic)(*args)
+    expected = fn(*args)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if got.dtype.is_floating_point and not exact:
+        wide = fn(*[a.double() if a.is_floating_point() else a for a in args])
+        tol = {torch.float64: 1e-12, torch.float32: 1e-5}.get(got.dtype, 1e-2)
+        torch.testing.assert_close(got.double(), wide, rtol=tol, atol=tol)
+    else:
+        assert torch.equal(got, expected)
+    assert not externs(), externs()
+    if kernels is not None:
+        assert inductor_lite.counters["kernels_generated"] == kernels
+
+
+DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_put_accumulates_repeated_and_negative_indices(device, dtype):
+    x, values = rand(6, 5, dtype=dtype), rand(40, dtype=dtype)
+    rows, cols = torch.randint(-6, 6, (40,)), torch.randint(0, 5, (40,))  # 40 writes into 30 elements
+    check(lambda x, i, j, v: torch.index_put(x, (i, j), v, accumulate=True), x, rows, cols, values, kernels=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bool])
+def test_index_put_stores_distinct_indices(device, dtype):
+    x, values = rand(7, 4, dtype=torch.float32).to(dtype), rand(3, 4).to(dtype)
+    check(lambda x, i, v: torch.index_put(x, (i,), v), x, torch.randperm(7)[:3], values, exact=True)
+    check(lambda x, i: torch.index_put(x, (i,), torch.tensor(1).to(dtype)), x, torch.randperm(7)[:5] - 7, exact=True)
+
+
+def test_index_put_with_a_dimension_taken_whole_and_apart_indices(device):
+    x = rand(4, 5, 6)
+    # x[:, i] += v: the index shape replaces dimension 1
+    check(lambda x, i, v: torch.ops.aten.index_put(x, [None, i], v, True), x, torch.randint(0, 5, (2, 3)),
+          rand(4, 2, 3, 6))
+    # x[i, :, j] += v: apart, the index shape comes first; v broadcasts along dimension 1
+    check(lambda x, i, j, v: torch.ops.aten.index_put(x, [i, None, j], v, True), x, torch.randint(0, 4, (7,)),
+          torch.randint(0, 6, (7,)), rand(7, 1))
+
+
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scatter_src_value_and_add(device, dtype):
+    x = rand(5, 8, dtype=dtype)
+    distinct = torch.stack([torch.randperm(8)[:6] for _ in range(4)])  # no repeats along dim 1: defined result
+    check(lambda x, i, s: torch.scatter(x, 1, i, s), x, distinct, rand(4, 7, dtype=dtype), kernels=2, exact=True)
+    check(lambda x, i: torch.scatter(x, 1, i, 3), x, distinct, exact=True)
+    index = torch.randint(0, 5, (9, 8))  # repeats along dim 0
+    check(lambda x, i, s: torch.scatter_add(x, 0, i, s), x, index, rand(9, 8, dtype=dtype), kernels=2)
+    check(lambda x, i, s: torch.scatter(x, 0, i, s, reduce="add"), x, index, rand(9, 8, dtype=dtype))
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_sum(device, include_self):
+    x, index, src = rand(6, 4), torch.randint(0, 6, (10, 3)), rand(10, 4)
+    check(lambda x, i, s: x.scatter_reduce(0, i, s, "sum", include_self=include_self), x, index, src,
+          kernels=2 if include_self else 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+def test_index_add(device, dtype):
+    x, index, source = rand(5, 6, dtype=dtype), torch.randint(0, 6, (9,)), rand(5, 9, dtype=dtype)
+    check(lambda x, i, s: x.index_add(1, i, s, alpha=2), x, index, source)
+
+
+def test_scatter_after_scatter_keeps_their_order(device):
+    # the second store overwrites the first where their indices meet; x stays intact
+    def fn(x, i, j):
+        y = torch.index_put(x, (i,), torch.tensor(1.0))
+        return torch.index_put(y, (j,), torch.tensor(2.0)) + x
+
+    check(fn, rand(10), torch.randperm(10)[:6], torch.randperm(10)[:6], exact=True)
+
+
+def test_dynamic_shapes(device):
+    fn = lambda x, i, s: torch.scatter_add(x, 0, i, s) * 2  # noqa: E731
+    for n in (6, 9):
+        check(fn, rand(n, 3), torch.randint(0, n, (2 * n, 3)), rand(2 * n, 3), dynamic=True)
+
+
+def test_out_of_range_index_raises_and_writes_nothing_outside():
+    x = torch.zeros(4, 3)
+    fn = torch.compile(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), backend="inductor_lite")
+    with pytest.raises(AssertionError, match="index out of bounds"):
+        fn(x, torch.tensor([0, 4]), torch.ones(2, 3))
+    with pytest.raises(AssertionError, match="index out of bounds"):
+        fn(x, torch.tensor([-5, 1]), torch.ones(2, 3))
+    with pytest.raises(IndexError):
+        torch.index_put(x, (torch.tensor([0, 4]),), torch.ones(2, 3), accumulate=True)
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True),
+     (torch.zeros(4, dtype=torch.int16), torch.tensor([1, 1]), torch.ones(2, dtype=torch.int16))),
+    (lambda x, i: torch.index_put(x, (i,), torch.tensor(1.0)), (torch.zeros(4), torch.tensor([True, False] * 2))),
+    (lambda x, i, s: x.scatter_reduce(0, i, s, "amax"), (torch.zeros(4), torch.tensor([1, 1, 0]), torch.ones(3))),
+])
+def test_what_has_no_kernel_stays_extern(fn, args):
+    got = torch.compile(fn, backend="inductor_lite")(*args)
+    assert torch.equal(got, fn(*args))
+    assert len(externs()) == 1
+
+
+def test_deterministic_mode_keeps_atomics_extern():
+    x, i, v = rand(5), torch.randint(0, 5, (8,)), rand(8)
+    fn = lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True)  # noqa: E731
+    torch.use_deterministic_algorithms(True)
+    try:
+        got = torch.compile(fn, backend="inductor_lite")(x, i, v)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    torch.testing.assert_close(got, fn(x, i, v))
+    assert externs() == ["extern.aten.index_put.default"]
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def check_grads(fn, x, *rest):
+    x1, x2 = x.clone().requires_grad_(), x.clone().double().requires_grad_()
+    grad = torch.randn(fn(x, *rest).shape, dtype=x.dtype)
+    torch.compile(fn, backend="inductor_lite")(x1, *rest).backward(grad)
+    fn(x2, *rest).backward(grad.double())
+    torch.testing.assert_close(x1.grad.double(), x2.grad, rtol=1e-5, atol=1e-5)
+    assert not externs(), externs()
+
+
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_embedding_backward(device, padding_idx):
+    check_grads(lambda w, i: F.embedding(i, w, padding_idx=padding_idx) * 2, rand(10, 16),
+                torch.randint(0, 10, (4, 12)))
+
+
+def test_gather_index_select_and_index_backward(device):
+    x = rand(6, 7)
+    check_grads(lambda x, i: torch.gather(x, 1, i).sin(), x, torch.randint(0, 7, (6, 9)))
+    check_grads(lambda x, i: torch.index_select(x, 1, i), x, torch.randint(0, 7, (11,)))
+    check_grads(lambda x, i, j: x[i, j], x, torch.randint(-6, 6, (13,)), torch.randint(0, 7, (13,)))
+
+
+def test_cross_entropy_training_step_has_no_extern(device):
+    check_grads(lambda x, t: F.cross_entropy(x, t), rand(8, 10), torch.randint(0, 10, (8,)))
