@@ -35,8 +35,9 @@ import torch
 from torch.utils._sympy.functions import FloorDiv
 
 from ..ir.indexing import Expr, as_expr
+from ..ir.nodes import Reduction, StorageBox
 from ..ir.ops import ops
-from .lowerings import NoLowering, cast, const, loader, register_lowering
+from .lowerings import NoLowering, cast, const, lazy_origins, loader, register_lowering
 
 aten = torch.ops.aten
 
@@ -303,26 +304,58 @@ def _avg_params(x, kernel_size, stride, padding, op: str):
 @register_lowering(aten.avg_pool2d.default)
 def _lower_avg_pool2d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                       divisor_override=None):
-    """The window sum (positions outside the input read 0) over `_avg_divisor`."""
     kernel, strides, pads = _avg_params(x, kernel_size, stride, padding, "avg_pool2d")
-    if kernel[0] * kernel[1] > MAX_UNROLLED_WINDOW:
-        raise NoLowering(f"avg_pool2d window {kernel} has more than {MAX_UNROLLED_WINDOW} elements")
+    return _avg_pool(ctx, x, kernel, strides, pads, ceil_mode, count_include_pad, divisor_override)
+
+
+def _avg_pool(ctx, x, kernel: list[int], strides: list[int], pads: list[int], ceil_mode: bool,
+              count_include_pad: bool, divisor_override):
+    """The window sum (positions outside the input read 0) over `_avg_divisor`.
+
+    Windows of up to `MAX_UNROLLED_WINDOW` elements are unrolled in a `Pointwise`;
+    larger windows that do not overlap (``stride == kernel``, e.g. a global pooling)
+    are a `Reduction` over the window followed by the division (fused into its
+    kernel); larger overlapping windows stay extern, as in TorchInductor.
+    """
     dtype = x.get_dtype()
     compute = _compute_dtype(dtype)
     sizes = x.get_size()[-2:]
     load_at = _window_loader(x, compute, 0.0, [p > 0 or ceil_mode for p in pads])
 
-    def inner_fn(index):
+    def window_start(index):
         *prefix, oh, ow = index
-        h0, w0 = oh * strides[0] - pads[0], ow * strides[1] - pads[1]
-        total = None
-        for i, j in itertools.product(range(kernel[0]), range(kernel[1])):
-            value = load_at(prefix, h0 + i, w0 + j)
-            total = value if total is None else ops.add(total, value)
-        divisor = _avg_divisor((oh, ow), kernel, strides, pads, sizes, count_include_pad, divisor_override)
+        return prefix, oh * strides[0] - pads[0], ow * strides[1] - pads[1]
+
+    def divide(total, index):
+        divisor = _avg_divisor(index[-2:], kernel, strides, pads, sizes, count_include_pad, divisor_override)
         return cast(_divide(total, divisor, compute), compute, dtype)
 
-    return ctx.pointwise(inner_fn, [x])
+    if kernel[0] * kernel[1] <= MAX_UNROLLED_WINDOW:
+        def inner_fn(index):
+            prefix, h0, w0 = window_start(index)
+            total = None
+            for i, j in itertools.product(range(kernel[0]), range(kernel[1])):
+                value = load_at(prefix, h0 + i, w0 + j)
+                total = value if total is None else ops.add(total, value)
+            return divide(total, index)
+
+        return ctx.pointwise(inner_fn, [x])
+    if kernel != strides:
+        raise NoLowering(f"avg_pool2d: overlapping windows {kernel} (stride {strides}) of more than "
+                         f"{MAX_UNROLLED_WINDOW} elements")
+
+    def window_value(index, rindex):
+        prefix, h0, w0 = window_start(index)
+        return load_at(prefix, h0 + rindex[0], w0 + rindex[1])
+
+    origins = lazy_origins(x)
+    origins[ctx.node.name] = ctx.op_name()
+    total = StorageBox(Reduction(ranges=ctx.out_size, inner_fn=window_value, dtype=compute, device=ctx.device,
+                                 origins=origins, reduction_ranges=[as_expr(k) for k in kernel],
+                                 reduction_type="sum", src_dtype=compute))
+    ctx.graph.realize(total)
+    load_total = total.make_loader()
+    return ctx.pointwise(lambda index: divide(load_total(index), index), [total])
 
 
 @register_lowering(aten.avg_pool2d_backward.default)
@@ -381,11 +414,15 @@ def _adaptive_divisor(oh: Expr, ow: Expr, in_sizes, out_sizes) -> Expr:
 @register_lowering(aten._adaptive_avg_pool2d.default)
 def _lower_adaptive_avg_pool2d(ctx, x, output_size):
     """The mean over each adaptive window ``[floor(o * in / out), ceil((o + 1) * in / out))``
-    (per dimension), unrolled over the longest window with the shorter ones masked."""
+    (per dimension), unrolled over the longest window with the shorter ones masked;
+    where ``out`` divides ``in``, an `_avg_pool` with ``kernel = stride = in / out``."""
     _check_input(x, "adaptive_avg_pool2d")
     _check_float(x, "adaptive_avg_pool2d")
     in_sizes = _static_sizes(x.get_size()[-2:], "adaptive_avg_pool2d")
     out_sizes = _pair(output_size, "output_size")
+    if all(i % o == 0 for i, o in zip(in_sizes, out_sizes)):  # equal windows that tile the input
+        kernel = [i // o for i, o in zip(in_sizes, out_sizes)]
+        return _avg_pool(ctx, x, kernel, kernel, [0, 0], False, True, None)
     lengths = [_adaptive_window_lengths(i, o) for i, o in zip(in_sizes, out_sizes)]
     longest = [hi for _, hi in lengths]
     if longest[0] * longest[1] > MAX_UNROLLED_WINDOW:

@@ -1,0 +1,258 @@
+"""Pooling and resampling through the backend, against eager.
+
+max/avg/adaptive-average pooling and their backwards are our own kernels (no extern
+call of the op); nearest and bilinear upsampling reach us decomposed into
+``_unsafe_index`` gathers, also our own kernels. Inputs are fresh random tensors
+(fp32 and bf16, odd sizes, padding, ``ceil_mode``, strides unlike the kernel,
+channels-last and transposed inputs). Every test runs on CPU (the DSL interpreter)
+and, marked `gpu`, on CUDA.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import inductor_lite
+from inductor_lite.config import config
+
+TOLERANCES = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
+
+
+@pytest.fixture(autouse=True, params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    with torch.device(request.param):
+        yield request.param
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    with config.patch(fallback_on_error=False):
+        yield
+    torch._dynamo.reset()
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _externs(allowed=()) -> list[str]:
+    return sorted(k for k in inductor_lite.counters if k.startswith("extern.") and k not in allowed)
+
+
+def check(fn, x, *, backward=True, dynamic=False, externs=(), exact=False):
+    """``fn(x)`` compiled matches eager (and, with ``backward``, so does the gradient of
+    its first output for a random output gradient); one kernel or more ran, and no
+    extern call but ``externs``."""
+    x_got = x.detach().clone().requires_grad_(backward)
+    x_ref = x.detach().clone().requires_grad_(backward)
+    got = _tuple(torch.compile(fn, backend="inductor_lite", dynamic=dynamic)(x_got))
+    expected = _tuple(fn(x_ref))
+    tol = dict(rtol=0, atol=0) if exact else TOLERANCES[x.dtype]
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        assert not g.is_floating_point() or not g.isnan().any()
+        torch.testing.assert_close(g, e, **(tol if g.is_floating_point() else dict(rtol=0, atol=0)))
+    if backward:
+        grad = torch.randn_like(expected[0])
+        got[0].backward(grad)
+        expected[0].backward(grad)
+        torch.testing.assert_close(x_got.grad, x_ref.grad, **TOLERANCES[x.dtype])
+    counters = inductor_lite.counters
+    assert not _externs(externs), _externs(externs)
+    assert counters["kernels_generated"] >= 1 and counters["graphs_fallback"] == 0
+
+
+def randn(*size, dtype=torch.float32, layout="contiguous"):
+    """A random tensor of ``size`` laid out contiguous, channels-last or transposed
+    (the last two dimensions swapped in memory)."""
+    if layout == "transposed":
+        return torch.randn(*size[:-2], size[-1], size[-2]).to(dtype).transpose(-1, -2)
+    x = torch.randn(size).to(dtype)
+    return x.to(memory_format=torch.channels_last) if layout == "channels_last" else x
+
+
+# ---------------------------------------------------------------------------- max pooling
+
+MAX_POOL_CASES = [
+    # kernel, stride, padding, dilation, ceil_mode
+    (2, None, 0, 1, False),
+    (3, 2, 1, 1, False),
+    (3, 2, 1, 1, True),
+    ((2, 3), (3, 1), (1, 0), 1, True),  # stride > kernel leaves rows no window covers
+    (3, 1, 1, 1, False),
+    ((3, 2), 2, (1, 1), (2, 1), False),  # dilation: forward only
+]
+
+
+def fp32_and_some_bf16(cases, bf16_cases):
+    """``(case, dtype)`` pairs: every case in fp32, the cases numbered ``bf16_cases`` in bf16 too."""
+    return [(c, torch.float32) for c in cases] + [(cases[i], torch.bfloat16) for i in bf16_cases]
+
+
+@pytest.mark.parametrize("case, dtype", fp32_and_some_bf16(MAX_POOL_CASES, [2, 3]))
+def test_max_pool2d_with_indices(case, dtype):
+    kernel, stride, padding, dilation, ceil_mode = case
+    x = randn(2, 3, 11, 10, dtype=dtype)
+    check(lambda x: F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, return_indices=True), x,
+          exact=True, externs=["extern.aten.max_pool2d_with_indices_backward.default"] if dilation != 1 else [])
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "transposed"])
+def test_max_pool2d_layouts_and_unbatched(layout):
+    check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), randn(2, 4, 9, 7, layout=layout), exact=True)
+    check(lambda x: F.max_pool2d(x, 2, ceil_mode=True, return_indices=True), randn(3, 7, 5), exact=True)
+
+
+def test_max_pool2d_nan_and_inf_like_eager():
+    """NaN wins (the last one's index); a window whose values are all -inf reports its
+    first position inside the input, never a padding position."""
+    x = torch.randn(1, 2, 7, 7)
+    x[0, 0, 0:2, 0:3] = float("-inf")
+    x[0, 1, 2, 2] = x[0, 1, 4, 4] = x[0, 1, 3, 4] = float("nan")
+    got = torch.compile(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), backend="inductor_lite")(x)
+    expected = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)
+
+
+def test_max_pool2d_int64():
+    x = torch.randint(-1000, 1000, (2, 3, 8, 9))
+    check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), x, backward=False, exact=True)
+
+
+def test_max_pool2d_fuses_with_its_neighbours():
+    """relu -> max_pool -> add is one kernel (the pooling window inlines the relu)."""
+    check(lambda x: F.max_pool2d(x.relu(), 3, 2, 1) + 1, randn(2, 3, 8, 8), backward=False)
+    assert inductor_lite.counters["kernels_generated"] == 1
+
+
+def test_max_pool2d_large_window_is_extern():
+    """Windows of more than 25 elements stay aten calls (TorchInductor's rule)."""
+    check(lambda x: F.max_pool2d(x, 6, 2), randn(1, 2, 12, 12),
+          externs=["extern.aten.max_pool2d_with_indices.default",
+                   "extern.aten.max_pool2d_with_indices_backward.default"])
+    assert inductor_lite.counters["extern.aten.max_pool2d_with_indices.default"] == 1
+
+
+# ---------------------------------------------------------------------------- average pooling
+
+AVG_POOL_CASES = [
+    # kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+    (2, None, 0, False, True, None),
+    (3, 2, 1, False, True, None),
+    (3, 2, 1, True, False, None),
+    (3, 2, 1, True, True, None),
+    ((2, 3), (3, 1), (1, 0), True, True, 5),
+    ((5, 4), (5, 4), 0, True, True, None),  # 20-element windows, the last ones clipped
+]
+
+
+@pytest.mark.parametrize("case, dtype", fp32_and_some_bf16(AVG_POOL_CASES, [2, 4]))
+def test_avg_pool2d(case, dtype):
+    kernel, stride, padding, ceil_mode, count_include_pad, divisor_override = case
+    check(lambda x: F.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override),
+          randn(2, 3, 11, 10, dtype=dtype))
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "transposed"])
+def test_avg_pool2d_layouts_and_unbatched(layout):
+    check(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), randn(2, 4, 9, 7, layout=layout))
+    check(lambda x: F.avg_pool2d(x, 2, ceil_mode=True), randn(3, 7, 5))
+
+
+def test_avg_pool2d_large_window_is_a_reduction():
+    """Non-overlapping windows of more than 25 elements reduce in our own kernel;
+    overlapping ones stay extern."""
+    check(lambda x: F.avg_pool2d(x, (6, 5), padding=(2, 1), ceil_mode=True, count_include_pad=False),
+          randn(2, 3, 13, 11))
+    x = randn(1, 2, 12, 12)
+    torch.testing.assert_close(torch.compile(lambda x: F.avg_pool2d(x, 6, 2), backend="inductor_lite")(x),
+                               F.avg_pool2d(x, 6, 2))
+    assert inductor_lite.counters["extern.aten.avg_pool2d.default"] == 1
+
+
+# ---------------------------------------------------------------------------- adaptive average pooling
+
+
+@pytest.mark.parametrize("out_size, dtype", fp32_and_some_bf16([(3, 5), (4, 3), (7, 11), (2, 1)], [0]))
+def test_adaptive_avg_pool2d(out_size, dtype):
+    """Uneven windows (3, 5), even ones (4, 3), more outputs than inputs along W
+    (7, 11), and even windows of 4x9 elements (2, 1)."""
+    check(lambda x: F.adaptive_avg_pool2d(x, out_size), randn(2, 3, 8, 9, dtype=dtype))
+
+
+def test_adaptive_avg_pool2d_channels_last():
+    check(lambda x: F.adaptive_avg_pool2d(x, (3, 4)), randn(2, 5, 7, 9, layout="channels_last"))
+
+
+# ---------------------------------------------------------------------------- upsampling
+
+# the upsample decompositions' backward is an accumulating _unsafe_index_put
+UPSAMPLE_BACKWARD = ["extern.aten._unsafe_index_put.default"]
+
+
+@pytest.mark.parametrize("kwargs, dtype", fp32_and_some_bf16([
+    dict(scale_factor=2),
+    dict(size=(5, 13)),
+    dict(scale_factor=(1.7, 0.6)),
+    dict(scale_factor=(1.7, 0.6), recompute_scale_factor=False),
+], [2]))
+def test_upsample_nearest2d(kwargs, dtype):
+    check(lambda x: F.interpolate(x, mode="nearest", **kwargs), randn(2, 3, 7, 9, dtype=dtype),
+          externs=UPSAMPLE_BACKWARD)
+
+
+@pytest.mark.parametrize("kwargs, dtype", fp32_and_some_bf16([
+    dict(scale_factor=2),
+    dict(size=(5, 13), align_corners=True),
+    dict(size=(5, 13), align_corners=False),
+    dict(scale_factor=(1.5, 0.7), recompute_scale_factor=False),
+    dict(scale_factor=(1.5, 0.7), align_corners=True),
+], [1, 3]))
+def test_upsample_bilinear2d(kwargs, dtype):
+    check(lambda x: F.interpolate(x, mode="bilinear", **kwargs), randn(2, 3, 7, 9, dtype=dtype),
+          externs=UPSAMPLE_BACKWARD)
+
+
+def test_upsample_channels_last():
+    x = randn(2, 4, 6, 5, layout="channels_last")
+    check(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), x, externs=UPSAMPLE_BACKWARD)
+    check(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), x, externs=UPSAMPLE_BACKWARD)
+
+
+# ---------------------------------------------------------------------------- dynamic shapes
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.max_pool2d(x, 2, ceil_mode=True),
+    lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
+], ids=["max_pool2d", "upsample_nearest2d"])
+def test_dynamic_shapes(fn):
+    """One compile with symbolic sizes serves inputs of odd and even sizes (no size is
+    1, which dynamo would specialise)."""
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
+    for size in [(2, 3, 9, 8), (3, 2, 6, 11), (2, 2, 7, 7)]:
+        x = torch.randn(size)
+        for g, e in zip(_tuple(compiled(x)), _tuple(fn(x))):
+            torch.testing.assert_close(g, e, rtol=0, atol=0)
+    counters = inductor_lite.counters
+    assert not _externs() and counters["graphs_fallback"] == 0 and counters["graphs_compiled"] == 1
+
+
+def test_training_step_of_a_small_cnn():
+    """conv -> max_pool -> conv -> avg_pool -> adaptive pool: the gradients of every
+    parameter match eager and no pooling op is an extern call."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1),
+        torch.nn.Conv2d(4, 4, 3), torch.nn.AvgPool2d(2, ceil_mode=True), torch.nn.AdaptiveAvgPool2d((2, 3)),
+    )
+    x = torch.randn(2, 3, 15, 14)
+    torch.compile(model, backend="inductor_lite")(x).square().sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+    assert not [k for k in _externs() if "pool" in k]
