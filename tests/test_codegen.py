@@ -436,3 +436,22 @@ def test_streamed_persistent_reduction(monkeypatch):
     compiled = compiler.compile_ptx(ir_fn, cc=(9, 0), num_warps=streamed[0].num_warps, num_stages=2)
     assert "cp.async" in compiled.ptx
     assembler.check_ptx_assembles(compiled.ptx, (9, 0))
+
+
+def test_complex_scalar_extern_argument():
+    """A complex Python scalar passed to an extern (polar's backward multiplies by 1j)
+    is written into the wrapper as a complex literal, not rejected."""
+    def fn(abs_, angle):
+        out = torch.polar(abs_, angle)
+        return torch.autograd.grad(out.real.sum() + 2 * out.imag.sum(), [abs_, angle])
+
+    torch._dynamo.reset()
+    inputs = [torch.rand(5, requires_grad=True) for _ in range(2)]
+    expected = fn(*inputs)
+    with config.patch(fallback_on_error=False):
+        compiled = torch.compile(lambda a, b: torch.polar(a, b), backend="inductor_lite")
+        out = compiled(*inputs)
+        got = torch.autograd.grad(out.real.sum() + 2 * out.imag.sum(), inputs)
+    torch._dynamo.reset()
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)

@@ -103,6 +103,22 @@ def test_bert_eager_attention_without_mask_scale_folded():
     torch.testing.assert_close(out.double(), _reference(bert_eager_attention, q, k, v, mask), **TOL[torch.float32])
 
 
+def t5_attention(q, k, v, position_bias):
+    """T5's attention: no scaling, a learned bias as the mask, softmax in fp32."""
+    scores = torch.matmul(q, k.transpose(3, 2)) + position_bias
+    return torch.matmul(F.softmax(scores.float(), dim=-1).type_as(scores), v)
+
+
+def test_t5_attention_bf16_softmax_in_fp32():
+    q, k, v = _qkv(dtype=torch.bfloat16)
+    bias = _rand(1, 3, 8, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = _compile(t5_attention)(q, k, v, bias)
+    assert counters["pass.fuse_attention"] == 1
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), _reference(t5_attention, q, k, v, bias), **TOL[torch.bfloat16])
+
+
 def test_attention_fully_masked_rows_are_zero_as_in_eager():
     q, k, v = _qkv()
     mask = torch.zeros(2, 1, 8, 8)

@@ -127,6 +127,8 @@ UNARY = {
     "digamma": (torch.digamma, (-10, 30), [1.0, 10.0, -1.0, -2.0, -2.5, 1e-30, 1e20, -1e-30, 1.4616321]),
     "i0": (torch.i0, (-20, 20), [90.0, 100.0]),
     "special_i1": (torch.special.i1, (-20, 20), [-90.0, 100.0]),
+    "modified_bessel_i0": (torch.special.modified_bessel_i0, (-20, 20), [90.0]),
+    "modified_bessel_i1": (torch.special.modified_bessel_i1, (-20, 20), [-90.0]),
     "special_erfcx": (torch.special.erfcx, (-5, 30), [1e10, -10.0, -30.0]),
     "sinc": (torch.sinc, (-5, 5), [1.0, 2.0, -3.0, 1e-30]),
     "signbit": (torch.signbit, (-5, 5), [NAN * -1.0]),
@@ -153,7 +155,7 @@ def test_unary_fp32(name):
 
 
 # eager has no bf16 CPU kernels for these
-NO_BF16 = {"special_erfcx", "special_log_ndtr"}
+NO_BF16 = {"special_erfcx", "special_log_ndtr", "modified_bessel_i0", "modified_bessel_i1"}
 
 
 @pytest.mark.parametrize("name", sorted(set(UNARY) - NO_BF16))
@@ -302,21 +304,22 @@ def _loss_inputs(kind, dtype):
     return x.to(dtype).requires_grad_(), target.to(dtype)
 
 
-@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 @pytest.mark.parametrize("name", sorted(LOSSES))
-def test_loss_forward_and_backward(name, reduction):
+def test_loss_forward_and_backward(name):
+    """Reductions none, mean and sum in one graph, and the gradient of all three."""
     fn, kind = LOSSES[name]
     x, target = _loss_inputs(kind, torch.float32)
     x_eager = x.detach().clone().requires_grad_()
 
-    def loss(a, b):
-        return fn(a, b, reduction=reduction)
+    def losses(a, b):
+        return tuple(fn(a, b, reduction=reduction) for reduction in ("none", "mean", "sum"))
 
-    got = compile_and_run(loss, x, target)
-    got.sum().backward()
-    want = loss(x_eager, target)
-    want.sum().backward()
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    got = compile_and_run(losses, x, target)
+    (got[0].sum() + got[1] * 3 + got[2]).backward()
+    want = losses(x_eager, target)
+    (want[0].sum() + want[1] * 3 + want[2]).backward()
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(x.grad, x_eager.grad, rtol=1e-5, atol=1e-6)
     assert not [k for k in inductor_lite.counters if k.startswith("extern.")]
 
@@ -377,10 +380,15 @@ def _all_math(x, y):
             torch.copysign(x, y), torch.fmax(x, y))
 
 
+def _fp64_math(x, y):
+    return torch.nextafter(x, y), torch.signbit(x), torch.erfinv(x), torch.ldexp(x.float(), y.int())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_generated_math_kernels_assemble(dtype, device, monkeypatch):
-    """The kernels the backend generates for the new ops (every new libdevice call, and
-    nextafter's in fp32/fp64) compile to PTX that assembles for sm_80 and sm_90."""
+    """The kernels the backend generates for the new ops (every new libdevice call in
+    fp32 and from bf16; the fp64 versions of a few, ldexp's fp64 math and nextafter)
+    compile to PTX that assembles for sm_80 and sm_90."""
     from inductor_lite.dsl import assembler, compiler
     from inductor_lite.dsl.kernel import Kernel
 
@@ -397,7 +405,8 @@ def test_generated_math_kernels_assemble(dtype, device, monkeypatch):
 
     monkeypatch.setattr(Kernel, "run", record)
     x, y = torch.rand(64).to(dtype) * 0.9, torch.randn(64).to(dtype)
-    fns = [_all_math] + ([torch.nextafter, lambda a, b: a.int() << b.int()] if dtype != torch.bfloat16 else [])
+    fns = {torch.float32: [_all_math, torch.nextafter, lambda a, b: a.int() << b.int()],
+           torch.bfloat16: [_all_math], torch.float64: [_fp64_math]}[dtype]
     for fn in fns:
         compile_and_run(fn, x, y)
     assert launches

@@ -2,7 +2,8 @@
 
 max/avg/adaptive-average pooling and their backwards are our own kernels (no extern
 call of the op); nearest and bilinear upsampling reach us decomposed into
-``_unsafe_index`` gathers, also our own kernels. Inputs are fresh random tensors
+``_unsafe_index`` gathers, and their backwards into accumulating ``_unsafe_index_put``
+scatters, also our own kernels. Inputs are fresh random tensors
 (fp32 and bf16, odd sizes, padding, ``ceil_mode``, strides unlike the kernel,
 channels-last and transposed inputs). Every test runs on CPU (the DSL interpreter)
 and, marked `gpu`, on CUDA.
@@ -189,10 +190,6 @@ def test_adaptive_avg_pool2d_channels_last():
 
 # ---------------------------------------------------------------------------- upsampling
 
-# the upsample decompositions' backward is an accumulating _unsafe_index_put
-UPSAMPLE_BACKWARD = ["extern.aten._unsafe_index_put.default"]
-
-
 @pytest.mark.parametrize("kwargs, dtype", fp32_and_some_bf16([
     dict(scale_factor=2),
     dict(size=(5, 13)),
@@ -200,8 +197,7 @@ UPSAMPLE_BACKWARD = ["extern.aten._unsafe_index_put.default"]
     dict(scale_factor=(1.7, 0.6), recompute_scale_factor=False),
 ], [2]))
 def test_upsample_nearest2d(kwargs, dtype):
-    check(lambda x: F.interpolate(x, mode="nearest", **kwargs), randn(2, 3, 7, 9, dtype=dtype),
-          externs=UPSAMPLE_BACKWARD)
+    check(lambda x: F.interpolate(x, mode="nearest", **kwargs), randn(2, 3, 7, 9, dtype=dtype))
 
 
 @pytest.mark.parametrize("kwargs, dtype", fp32_and_some_bf16([
@@ -212,14 +208,13 @@ def test_upsample_nearest2d(kwargs, dtype):
     dict(scale_factor=(1.5, 0.7), align_corners=True),
 ], [1, 3]))
 def test_upsample_bilinear2d(kwargs, dtype):
-    check(lambda x: F.interpolate(x, mode="bilinear", **kwargs), randn(2, 3, 7, 9, dtype=dtype),
-          externs=UPSAMPLE_BACKWARD)
+    check(lambda x: F.interpolate(x, mode="bilinear", **kwargs), randn(2, 3, 7, 9, dtype=dtype))
 
 
 def test_upsample_channels_last():
     x = randn(2, 4, 6, 5, layout="channels_last")
-    check(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), x, externs=UPSAMPLE_BACKWARD)
-    check(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), x, externs=UPSAMPLE_BACKWARD)
+    check(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), x)
+    check(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), x)
 
 
 # ---------------------------------------------------------------------------- dynamic shapes

@@ -21,7 +21,7 @@ from inductor_lite.counters import counters
 from inductor_lite.dsl.kernel import type_string
 from inductor_lite.fx_lowering.decompositions import decomposition_table
 from inductor_lite.fx_lowering.graph import GraphLowering
-from inductor_lite.runtime import launcher, tuned_launcher
+from inductor_lite.runtime import driver, launcher, tuned_launcher
 from inductor_lite.scheduler.scheduler import Scheduler
 from test_runtime_cache import TOOLCHAIN, fake_driver  # noqa: F401  (fake_driver is a fixture)
 
@@ -193,13 +193,13 @@ def cuda_wrapper(fn, *shapes):
     return generate_wrapper(graph, Scheduler(graph), "test")
 
 
-def test_cuda_wrapper_binds_one_launcher_per_kernel_at_load(monkeypatch):
+def test_cuda_wrapper_binds_one_launcher_per_kernel_at_load(stub, monkeypatch):
     code = cuda_wrapper(lambda x, y: (x * y).relu() + 1, (4, 300), (300,))
     (kernel,) = code.kernels
     assert f"{kernel.name}[" not in code.source
     assert f"launch_{kernel.name}(x_1, y_1, buf0, 1200)" in code.source  # the grid comes from the config
     tuned, bound, launches = [], [], []
-    real_bind_tuned = tuned_launcher.bind_tuned_launcher
+    real_bind_tuned, real_bind = tuned_launcher.bind_tuned_launcher, launcher.bind_launcher
 
     def bind_tuned(*args, **kwargs):
         tuned.append(inspect.signature(real_bind_tuned).bind(*args, **kwargs).arguments)
@@ -207,8 +207,15 @@ def test_cuda_wrapper_binds_one_launcher_per_kernel_at_load(monkeypatch):
 
     def bind(*args, **kwargs):
         index = len(bound)
-        bound.append(inspect.signature(launcher.bind_launcher).bind(*args, **kwargs).arguments)
-        return lambda grid, *launch_args: launches.append((index, grid, launch_args))
+        bound.append(inspect.signature(real_bind).bind(*args, **kwargs).arguments)
+        launch = real_bind(*args, **kwargs)
+
+        def recorded(grid, *launch_args):
+            launches.append((index, grid, launch_args))
+            launch(grid, *launch_args)
+
+        recorded.loaded_kernel = launch.loaded_kernel
+        return recorded
 
     monkeypatch.setattr(tuned_launcher, "bind_tuned_launcher", bind_tuned)
     monkeypatch.setattr(tuned_launcher, "bind_launcher", bind)
@@ -223,12 +230,17 @@ def test_cuda_wrapper_binds_one_launcher_per_kernel_at_load(monkeypatch):
         assert b["kernel"] is namespace[kernel.name] and launcher._device_index(b["device"]) == 0
         assert tuple(b["arg_kinds"]) == kinds and b["num_warps"] == c.num_warps
         assert b.get("num_stages", 1) == c.num_stages and b.get("constexprs", {}) == c.kwargs
-    args = (object(), object(), object(), 1200)
+    stub.driver.param_types = ("ptr", "ptr", "ptr", "i32")
+    args = (cuda_like(torch.randn(1200)), cuda_like(torch.randn(300)), cuda_like(torch.empty(1200)), 1200)
     with config.patch(autotune=False):
-        namespace[f"launch_{kernel.name}"](*args)
-        namespace[f"launch_{kernel.name}"](*args)
+        for _ in range(3):
+            namespace[f"launch_{kernel.name}"](*args)
     grid_x = -(-int(kernel.numel) // kernel.config.kwargs["XBLOCK"])
-    assert launches == [(0, (grid_x, 1, 1), args)] * 2  # the default config, nothing bound per call
+    # the first launch goes through the default config's checked launcher, later ones through the recorded entry
+    assert launches == [(0, (grid_x, 1, 1), args)]
+    pointers = [a.data_ptr() for a in args[:3]]
+    assert [(d["grid"], d["params"]) for d in stub.driver.launches] == [((grid_x, 1, 1), [*pointers, 1200])] * 3
+    assert len({d["function"] for d in stub.driver.launches}) == 1 and len(stub.built) == 1
     assert len(bound) == len(kernel.configs) and len(tuned) == 1
 
 
@@ -259,3 +271,67 @@ def test_maxnreg_reaches_the_compile_through_bound_and_tuned_launchers(stub, mon
     with config.patch(autotune=False):
         namespace[f"launch_{kernel.name}"](x, out, 32)
     assert caps[2:] == [40] and len(stub.driver.launches) == 3
+
+
+@dl.kernel
+def scale_kernel(x_ptr, out_ptr, n, XBLOCK: dl.constexpr):
+    offs = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)
+    mask = offs < n
+    dl.store(out_ptr + offs, dl.load(x_ptr + offs, mask=mask, other=0.0) * 2.0, mask=mask)
+
+
+def tuned_scale():
+    return tuned_launcher.bind_tuned_launcher(scale_kernel, 0, ("tensor", "tensor", "int"),
+                                              [heuristics.Config.of(4, XBLOCK=32)], grid=((2, "XBLOCK"),))
+
+
+def test_tuned_launcher_fast_path_keys_on_alignment_and_sizes(stub):
+    """After a key's first (checked) launch, later launches with the key reuse its
+    loaded kernel, grid and parameter buffer; a new alignment or size is a first launch again."""
+    stub.driver.param_types = ("ptr", "ptr", "i32")
+    launch = tuned_scale()
+    aligned, misaligned, out = tensors()
+    with config.patch(autotune=False):
+        for x, n in ((aligned, 32), (aligned, 32), (misaligned, 32), (aligned, 100), (aligned, 32), (misaligned, 32)):
+            launch(x, out, n)
+    assert [(d["grid"][0], d["params"]) for d in stub.driver.launches] == [
+        (1, [aligned.data_ptr(), out.data_ptr(), 32]), (1, [aligned.data_ptr(), out.data_ptr(), 32]),
+        (1, [misaligned.data_ptr(), out.data_ptr(), 32]), (4, [aligned.data_ptr(), out.data_ptr(), 100]),
+        (1, [aligned.data_ptr(), out.data_ptr(), 32]), (1, [misaligned.data_ptr(), out.data_ptr(), 32]),
+    ]
+    functions = [d["function"] for d in stub.driver.launches]
+    assert functions[0] == functions[1] == functions[4] and functions[2] == functions[5] != functions[0]
+    # 32 is divisible by 16, 100 is not: three specialisations, each built once
+    assert [[a.divisible_by_16 for a in spec] for spec in stub.built] == [[True, True, True], [False, True, True],
+                                                                           [True, True, False]]
+    assert all(d["stream"] == 0x57 and d["block"] == (128, 1, 1) for d in stub.driver.launches)
+
+
+def test_tuned_launcher_fast_path_context_errors_cache_and_interpreter(stub):
+    stub.driver.param_types = ("ptr", "ptr", "i32")
+    launch = tuned_scale()
+    x, _, out = tensors()
+    with config.patch(autotune=False):
+        launch(x, out, 32)
+        # another context current on this thread: the kernel's is pushed around the launch, then popped
+        other = stub.driver.current = type(stub.driver.primary)(0xD0)
+        launch(x, out, 32)
+        assert stub.driver.launches[-1]["context"] == int(stub.driver.primary) and stub.driver.current == other
+        stub.driver.current = stub.driver.primary
+        stub.driver.launch_result = type(stub.driver).CUresult.CUDA_ERROR_LAUNCH_FAILED
+        expected = r"launching kernel 'scale_kernel' with grid \(1, 1, 1\).*LAUNCH_FAILED"
+        with pytest.raises(driver.CudaDriverError, match=expected):
+            launch(x, out, 32)
+        stub.driver.launch_result = type(stub.driver).CUresult.CUDA_SUCCESS
+        launcher.clear_memory_cache()  # the recorded entry goes too: the next launch loads from the disk cache
+        launch(x, out, 32)
+        assert counters["kernels_compiled"] == 1 and counters["cache_hits"] == 1
+        assert stub.driver.launches[-1]["function"] != stub.driver.launches[0]["function"]
+        cpu_x, cpu_out = torch.randn(40), torch.full((40,), float("nan"))
+        with config.patch(interpret=True):
+            launch(cpu_x, cpu_out, 40)
+        torch.testing.assert_close(cpu_out, cpu_x * 2)
+    assert len(stub.driver.launches) == 4
+    with pytest.raises(ValueError, match="unknown argument kinds"):
+        tuned_launcher.bind_tuned_launcher(scale_kernel, 0, ("tensor", "tensor", "float"),
+                                           [heuristics.Config.of(4, XBLOCK=32)], grid=((2, "XBLOCK"),))

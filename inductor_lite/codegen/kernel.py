@@ -50,7 +50,7 @@ import dataclasses
 import itertools
 import math
 import operator
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import sympy
 import torch
@@ -58,7 +58,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..config import config
 from ..ir.indexing import Expr, abs_bound, simplify_index
-from ..ir.nodes import Reduction, ScatterBuffer, reduction_identity
+from ..ir.nodes import Reduction, Scan, ScatterBuffer, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT, RFLAT
 from ..scheduler.fusion import KernelGroup
@@ -215,6 +215,7 @@ class KernelCodegen(OpsHandler):
         self.producers: dict[str, Callable[[], CSEVar]] = {}  # full-domain nodes: recompute in a later loop
         self.has_rmask = self.is_reduction and not (persistent and _is_power_of_2(rnumel))
         self._tmp_ids = itertools.count()
+        self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
 
     @property
     def scope(self) -> _Scope:
@@ -481,6 +482,28 @@ class KernelCodegen(OpsHandler):
             f"{results[0]} = {_DSL_REDUCE[reduction_type]}({acc}, {axis}, keep_dims=True)"))
         return results
 
+    # ------------------------------------------------------------------ scans
+
+    def scan(self, dtypes: Sequence[torch.dtype], combine_fn: Callable, values: Sequence[CSEVar]) -> tuple[CSEVar, ...]:
+        """Emit an inclusive scan of ``values`` (cast to ``dtypes``) along the tile's r
+        axis (`ir.nodes.Scan`): ``combine_fn`` becomes a function defined at the top of
+        the kernel, the scan one ``dl.associative_scan`` of ``[XBLOCK, RBLOCK]`` tiles.
+        Persistent kernels only: the whole row is in the tile. Lanes past ``rnumel`` come
+        after every real position, so a forward scan needs no identity there."""
+        tiles = [self._emit(f"dl.broadcast_to({self._typed(self.to_dtype(v, d))}, [XBLOCK, RBLOCK])", d)
+                 for v, d in zip(values, dtypes)]
+        key = f"scan {id(combine_fn)} {' '.join(map(str, tiles))}"
+        for scope in reversed(self.scopes):
+            if key in scope.cse:
+                return scope.cse[key].value
+        name = f"combine{sum(line.startswith('def ') for line in self.helpers)}"
+        self.helpers += _combine_function(name, combine_fn, dtypes, self)
+        results = tuple(CSEVar(f"tmp{next(self._tmp_ids)}", d) for d in dtypes)
+        self.scope.lines.append(f"{''.join(f'{r}, ' for r in results)}= "
+                                f"dl.associative_scan(({''.join(f'{t}, ' for t in tiles)}), 1, {name})")
+        self.scope.cse[key] = CSEVar(key, dtypes[0], value=results)
+        return results
+
     # ------------------------------------------------------------------ values
 
     def constant(self, value: Any, dtype: torch.dtype) -> CSEVar:
@@ -703,6 +726,22 @@ _MATH_FNS = {name: name for name in (
 )} | {"i0": "cyl_bessel_i0", "i1": "cyl_bessel_i1"}
 
 
+def _combine_function(name: str, combine_fn: Callable, dtypes: Sequence[torch.dtype],
+                      parent: KernelCodegen) -> list[str]:
+    """Lines defining ``def name(a0, .., b0, ..)``: ``combine_fn`` (through ``ops``) on
+    scalars of ``dtypes``, the lower positions' state ``a`` first."""
+    body = KernelCodegen(parent.numel, parent.rnumel, parent.persistent, parent.axis, parent.index_dtype,
+                         parent.buffer_dtypes)
+    body._tmp_ids = parent._tmp_ids  # one numbering per kernel, for readability
+    a = tuple(CSEVar(f"a{k}", d) for k, d in enumerate(dtypes))
+    b = tuple(CSEVar(f"b{k}", d) for k, d in enumerate(dtypes))
+    with set_ops_handler(body):
+        combined = [body._typed(body.to_dtype(c, d)) for c, d in zip(combine_fn(a, b), dtypes)]
+    params = ", ".join(str(v) for v in a + b)
+    return ([f"def {name}({params}):"] + [f"    {line}" for line in body.body.lines]
+            + [f"    return {', '.join(map(str, combined))}"])
+
+
 def _result_dtypes(reduction_type: str, dtype: torch.dtype) -> tuple[torch.dtype, ...]:
     if reduction_type == "welford_reduce":
         return (dtype, dtype, dtype)
@@ -729,8 +768,11 @@ def kernel_name(group: KernelGroup, index: int, persistent: bool) -> str:
 def reduction_axis(group: KernelGroup) -> int:
     """0 when the group's largest read from memory runs along the outputs' contiguous
     dimension (an *outer* reduction: stride 1 along ``xindex``, a larger one along
-    ``rindex``), else 1. Decided from the MemoryDep index expressions' stride hints."""
+    ``rindex``), else 1. Decided from the MemoryDep index expressions' stride hints.
+    A group with a scan: 1."""
     best, axis = None, 1
+    if any(isinstance(n.node.data, Scan) for n in group.nodes):
+        return 1  # the DSL scans along the tile's axis 1
     written = group.writes()
     for node in group.nodes:
         rw = node.read_writes
@@ -814,7 +856,7 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     params += [s.name for s in symbols]
     call_args += [("expr", s) for s in symbols]
     pid = "dl.program_id(0).to(dl.int64)" if index_dtype == torch.int64 else "dl.program_id(0)"
-    body = [f"# FX nodes: {', '.join(group.origins())}"]
+    body = [f"# FX nodes: {', '.join(group.origins())}"] + cg.helpers
     element_size = _element_size(buffer_dtypes, list(cg.in_ptrs) + list(cg.out_ptrs))
     if tiling is not None:
         # consecutive programs walk along x, then move down one row of tiles
@@ -859,10 +901,13 @@ def _codegen_node(cg: KernelCodegen, node, placement, keep: bool) -> None:
     exprs = dict(zip(placement.vars, placement.exprs))
     x_index = [exprs[v] for v in node.read_writes.x_vars]
     dtype = buffer.layout.dtype
+    r_index = [exprs[v] for v in node.read_writes.r_vars]
 
     def compute() -> CSEVar:
+        if isinstance(loops, Scan):
+            results = cg.scan(loops.dtypes, loops.combine_fn, loops.inner_fn(x_index, r_index))
+            return results[loops.output_index]
         if isinstance(loops, Reduction):
-            r_index = [exprs[v] for v in node.read_writes.r_vars]
             value = loops.inner_fn(x_index, r_index)
             return cg.reduction(loops.src_dtype, loops.reduction_type, value)[loops.output_index]
         return loops.inner_fn(x_index)
@@ -871,7 +916,7 @@ def _codegen_node(cg: KernelCodegen, node, placement, keep: bool) -> None:
         value = cg.to_dtype(compute(), dtype)
         cg.scatter(buffer.name, buffer.store_index(x_index), value, loops.mode)
         return
-    store_index = buffer.store_index(x_index)
+    store_index = buffer.store_index(x_index, r_index)
     if isinstance(loops, Reduction) and not cg.persistent:
         loop, outer = cg.scope, cg.scopes[-2]
         result = compute()  # defined once the loop closes: store it then

@@ -155,6 +155,8 @@ class WrapperCodegen:
             return repr(v)
         if isinstance(v, float):
             return _float(v)
+        if isinstance(v, complex):  # a scalar argument of an extern on complex tensors (polar's backward)
+            return f"complex({_float(v.real)}, {_float(v.imag)})"
         if isinstance(v, torch.dtype):
             return str(v)
         if isinstance(v, torch.device):

@@ -31,7 +31,9 @@ def _unary(op: str):
 for _name in ("acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfinv", "lgamma",
               "i0"):
     register_pointwise([getattr(aten, _name).default], _unary(_name), Kind.INT_TO_FLOAT)
-register_pointwise([aten.special_i1.default], _unary("i1"), Kind.INT_TO_FLOAT)
+register_pointwise([aten.special_i1.default, aten.special_modified_bessel_i1.default], _unary("i1"),
+                   Kind.INT_TO_FLOAT)
+register_pointwise([aten.special_modified_bessel_i0.default], _unary("i0"), Kind.INT_TO_FLOAT)
 register_pointwise([aten.special_erfcx.default], _unary("erfcx"), Kind.INT_TO_FLOAT)
 
 
@@ -166,12 +168,15 @@ def _digamma(dt, x):
     """ATen's calc_digamma: -inf at +0 and +inf at -0, NaN at negative integers and
     -inf; below 0 the reflection ``psi(1 - x) - pi / tan(pi * r)`` with ``r`` the
     fractional part of ``x`` (more accurate than ``tan(pi * x)``). ATen evaluates
-    that tangent in fp64 for fp32 inputs; here it is in the compute dtype."""
+    that tangent in fp64 for fp32 inputs; here it stays in the compute dtype, with
+    ``r`` in (-1, -0.5) moved up by the period 1 (exactly) so that ``pi * r`` stays
+    small and its rounding cannot dominate ``tan`` near the poles."""
     zero = const(0.0, dt)
     negative = ops.lt(x, zero)
     reflected = ops.where(negative, ops.sub(const(1.0, dt), x), x)
     psi = _digamma_from_one(dt, reflected)
     frac = ops.sub(x, ops.trunc(x))
+    frac = ops.where(ops.lt(frac, const(-0.5, dt)), ops.add(frac, const(1.0, dt)), frac)
     pi_over_tan = ops.truediv(const(math.pi, dt), ops.tan(ops.mul(const(math.pi, dt), frac)))
     result = ops.where(negative, ops.sub(psi, pi_over_tan), psi)
     # -inf at +0.0, +inf at -0.0: copysign(inf, -x)

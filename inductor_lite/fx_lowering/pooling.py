@@ -21,8 +21,8 @@ Resampling needs no lowering here: ``upsample_nearest2d`` and ``upsample_bilinea
 (and their ``.vec`` overloads) decompose inside AOTAutograd (torch's
 CompositeImplicitAutograd decompositions, ``torch/_decomp/decompositions.py``) into
 ``aten._unsafe_index`` gathers at computed positions and pointwise interpolation, which
-`indexing_ops` lowers and the scheduler fuses into one kernel. Their backward is an
-accumulating ``_unsafe_index_put``.
+`indexing_ops` lowers and the scheduler fuses into one kernel; their backward is an
+accumulating ``_unsafe_index_put``, which `indexed_writes` lowers with atomic adds.
 """
 
 from __future__ import annotations

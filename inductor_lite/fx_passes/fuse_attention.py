@@ -100,7 +100,9 @@ def fuse_attention(gm: torch.fx.GraphModule) -> int:
 def _cast_source(node: torch.fx.Node) -> Optional[torch.fx.Node]:
     """The input of a dtype-only cast node, else None."""
     if is_call(node, aten._to_copy.default):
-        if set(node.kwargs) - {"dtype"} or len(node.args) != 1:
+        source, result = tensor_val(node.args[0]), tensor_val(node)
+        if (len(node.args) != 1 or set(node.kwargs) - {"dtype", "layout", "device"} or source is None
+                or result is None or result.device != source.device or result.layout != source.layout):
             return None
         return node.args[0]
     if is_call(node, prims.convert_element_type.default):
@@ -281,9 +283,12 @@ def _match(bmm2: torch.fx.Node) -> Optional[_Match]:
     if v_side is None:
         return None
     v, _ = v_side
+    # softmax(x.float()).to(x.dtype), as T5 writes it: the fused kernels' softmax is fp32
+    probs = _peel_float_cast(probs, interior, upcast=False)
     x = _match_softmax(probs, interior)
     if x is None:
         return None
+    x = _peel_float_cast(x, interior, upcast=True)
     # softmax input: [views, scale] [+ mask] [views, scale] <- bmm1
     scores, outer_scale = _peel(x, interior, allow_scale=True)
     mask = None
@@ -318,6 +323,9 @@ def _match(bmm2: torch.fx.Node) -> Optional[_Match]:
     output = _output_node(bmm2, qv, vv, interior)
     match = _Match(q, k, v, mask, q_scale * k_scale * outer_scale, output, interior)
     _use_low_precision(match)
+    dtypes = {tensor_val(n).dtype for n in (match.q, match.k, match.v, match.output)}
+    if len(dtypes) != 1:
+        return None
     roots = {match.q, match.k, match.v, mask}
     if any(n in roots for n in interior):
         return None
@@ -325,6 +333,19 @@ def _match(bmm2: torch.fx.Node) -> Optional[_Match]:
     if not all(only_used_by(n, allowed) for n in interior if n is not match.output):
         return None
     return match
+
+
+def _peel_float_cast(node: torch.fx.Node, interior: set, upcast: bool) -> torch.fx.Node:
+    """Look through a cast between fp16/bf16 and fp32 (``upcast``: to fp32, else from
+    fp32), collecting it in ``interior``."""
+    source = _cast_source(node)
+    if source is None:
+        return node
+    low, high = (tensor_val(source), tensor_val(node)) if upcast else (tensor_val(node), tensor_val(source))
+    if low is None or high is None or low.dtype not in _LOW_PRECISION or high.dtype != torch.float32:
+        return node
+    interior.add(node)
+    return source
 
 
 def _leads_to_bmm(node) -> bool:

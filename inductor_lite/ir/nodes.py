@@ -224,6 +224,62 @@ class Reduction(Loops):
         return (id(self.inner_fn), self.reduction_type, self.src_dtype)
 
 
+ScanCombine = Callable[[tuple, tuple], tuple]
+
+
+@dataclasses.dataclass
+class Scan(Loops):
+    """An inclusive scan along one dimension (TorchInductor's ``ir.Scan``).
+
+    The output has size ``get_size()``: ``ranges`` (the other, *x*, dims in order)
+    with the scanned dim, of size ``scan_ranges[0]``, inserted at ``axis``.
+    ``inner_fn(index, rindex)`` gives the tuple of scanned values at x position
+    ``index`` and scan position ``rindex`` (one per ``dtypes`` entry, the dtypes the
+    scan computes in: fp32 for fp16/bf16 inputs). ``combine_fn(a, b)`` combines the
+    state ``a`` of the lower positions with the state ``b`` of the higher ones
+    (tuples, through ``ops``); it must be associative. Output element ``[..., i,
+    ...]`` is the combination of positions ``0 .. i``; this node's buffer holds result
+    ``output_index``, stored as ``dtype``. A scan with several results (cummax's
+    values and indices) is realized as one buffer per result, copies differing only
+    in ``output_index``, which the scheduler fuses and codegen computes once.
+    """
+
+    scan_ranges: list[Expr] = dataclasses.field(default_factory=list)
+    axis: int = 0
+    combine_fn: Optional[ScanCombine] = None
+    dtypes: tuple[torch.dtype, ...] = ()
+    output_index: int = 0
+
+    def __post_init__(self):
+        if len(self.scan_ranges) != 1 or not 0 <= self.axis <= len(self.ranges):
+            raise ValueError(f"a Scan runs along one dim inserted into ranges {self.ranges}, got "
+                             f"scan_ranges {self.scan_ranges} at axis {self.axis}")
+        if self.combine_fn is None or not self.dtypes:
+            raise ValueError("a Scan needs a combine_fn and the dtypes it computes in")
+
+    @property
+    def reduction_ranges(self) -> list[Expr]:
+        """``scan_ranges``: the r domain, as a `Reduction`'s (the scheduler's view)."""
+        return self.scan_ranges
+
+    def get_size(self) -> list[Expr]:
+        return self.output_index_of(self.ranges, self.scan_ranges)
+
+    def output_index_of(self, index: Sequence[Expr], rindex: Sequence[Expr]) -> list[Expr]:
+        """The output position of x position ``index`` and scan position ``rindex``."""
+        return list(index[:self.axis]) + list(rindex) + list(index[self.axis:])
+
+    def get_reduction_numel(self) -> Expr:
+        return product(self.scan_ranges)
+
+    def reduction_vars(self, prefix: str = "r") -> list[sympy.Symbol]:
+        return [index_var(f"{prefix}0")]
+
+    def value_key(self) -> tuple:
+        """Identifies the scan: the results of one scan share it."""
+        return (id(self.inner_fn), id(self.combine_fn))
+
+
 class Buffer(LayoutNode):
     """A tensor in memory, named ``name`` in the generated wrapper, laid out by ``layout``."""
 
@@ -260,7 +316,11 @@ class ComputedBuffer(Buffer):
         super().__init__(name, layout, data.origins)
         self.data = data
 
-    def store_index(self, index: Sequence[Expr]) -> Expr:
+    def store_index(self, index: Sequence[Expr], rindex: Sequence[Expr] = ()) -> Expr:
+        """The offset written for x position ``index`` (and, for a `Scan`, scan
+        position ``rindex``)."""
+        if isinstance(self.data, Scan):
+            return self.layout.index(self.data.output_index_of(index, rindex))
         return self.layout.index(index)
 
 
@@ -535,6 +595,12 @@ def format_inner_fn(loops: Loops) -> str:
             result = loops.inner_fn(loops.index_vars(), loops.reduction_vars())
             which = f"[{WELFORD_OUTPUTS[loops.output_index]}]" if loops.reduction_type == "welford_reduce" else ""
             result = f"{loops.reduction_type}{which}({result}) over {loops.reduction_ranges}"
+        elif isinstance(loops, Scan):
+            values = loops.inner_fn(loops.index_vars(), loops.reduction_vars())
+            state = tuple(f"{side}{k}" for side in "ab" for k in range(len(values)))
+            combined = loops.combine_fn(state[:len(values)], state[len(values):])
+            result = (f"scan[{loops.output_index}]({', '.join(map(str, values))}) along dim {loops.axis} over "
+                      f"{loops.scan_ranges}, combine(a, b) = {', '.join(map(str, combined))}")
         else:
             result = loops.inner_fn(loops.index_vars())
         if isinstance(loops, Scatter):

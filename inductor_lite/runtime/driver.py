@@ -95,6 +95,18 @@ def _context(index: int) -> tuple[cu.CUcontext, int]:
     return ctx, int(ctx)
 
 
+def context(index: int) -> cu.CUcontext:
+    """The context kernels on device ``index`` run in: the thread's current context when
+    first asked, if it belongs to that device (torch's runtime uses it), else the
+    device's primary context. Fixed for the life of the process.
+
+    Raises:
+        ValueError: no such device.
+        CudaDriverError: a driver call failed.
+    """
+    return _context(index)[0]
+
+
 @contextlib.contextmanager
 def bound_context(index: int) -> Iterator[None]:
     """Make device ``index``'s context current on this thread inside the block.
@@ -209,7 +221,7 @@ def kernel_launcher(
     with one pointer per kernel parameter. It raises `CudaDriverError` when the launch
     fails.
     """
-    ctx = _context(device)[0]
+    ctx = context(device)
     get_current = cu.cuCtxGetCurrent
     launch_kernel = cu.cuLaunchKernel
     stream_of = current_stream

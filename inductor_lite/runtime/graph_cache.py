@@ -16,6 +16,8 @@ The key (`graph_key`, a sha256) covers everything the generated code depends on:
 - the input metadata, as the placeholders' ``meta['val']`` above;
 - the config fields that can change the code (`KEY_CONFIG_FIELDS` excludes only the
   ones that cannot: logging, dump and cache locations, the fallback policy);
+- whether ``torch.use_deterministic_algorithms`` is on (atomic scatters then stay
+  extern calls, `fx_lowering.indexed_writes`);
 - every toolchain version (`toolchain`): inductor_lite's version and a hash of its
   source files, torch, sympy, networkx, llvmlite and Python.
 
@@ -154,7 +156,7 @@ def graph_key(gm: torch.fx.GraphModule) -> str:
         UncacheableGraph: ``gm`` holds a value with no stable description.
     """
     parts = [FORMAT_VERSION, _describe_graph(gm), {name: getattr(config, name) for name in KEY_CONFIG_FIELDS},
-             toolchain()]
+             torch.are_deterministic_algorithms_enabled(), toolchain()]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 

@@ -199,10 +199,27 @@ class LoadedKernel:
         self.threads = 32 * binary.num_warps
         self.cluster_size = binary.cluster_size
         self.function = driver.load_function(binary.cubin, binary.name, device, binary.shared_bytes, self.threads)
+        self.context = driver.context(device)
         self.params = ParamBuffer(binary.param_types, binary.name, device)
         self._pack, self._address = self.params.pack, self.params.address
         self._run = driver.kernel_launcher(self.function, device, self.threads, binary.shared_bytes, binary.name)
         self._lock = threading.Lock()  # the shared ParamBuffer must not be refilled mid-launch by another thread
+
+    def launch_entry(self, grid_x: int) -> tuple:
+        """What a generated launch function needs to launch this kernel on ``grid_x``
+        programs without calling into this object (`tuned_launcher`): ``(function, grid_x,
+        threads, shared_bytes, params address, pack, lock, context, launch_in_context)``.
+        Whoever launches with it holds ``lock`` while it packs and launches, launches
+        with ``cuLaunchKernel`` when ``context`` is the thread's current one, and
+        otherwise calls ``launch_in_context(grid_x, 1, 1, params address)``.
+
+        Raises:
+            ValueError: ``grid_x`` is not a multiple of the cluster size.
+        """
+        if grid_x % self.cluster_size:
+            raise self._cluster_error((grid_x, 1, 1))
+        return (self.function, grid_x, self.threads, self.binary.shared_bytes, self._address, self._pack, self._lock,
+                self.context, self._run)
 
     def launch(self, grid: Sequence[int], args: Sequence[Any]) -> None:
         """Launch on torch's current stream of the device. An empty grid launches nothing.
@@ -343,8 +360,17 @@ def clear_memory_cache() -> None:
     Modules stay loaded in the driver: captured CUDA graphs may still use them."""
     _loaded.clear()
     _pinned.clear()
-    for binding in _bindings:
-        binding.by_key.clear()
+    for holder in list(_memory_caches):
+        holder.clear_memory_cache()
+
+
+# every live launcher that keeps loaded kernels of its own (`_Binding`, the tuned launchers)
+_memory_caches: weakref.WeakSet = weakref.WeakSet()
+
+
+def register_memory_cache(holder: Any) -> None:
+    """Have `clear_memory_cache` call ``holder.clear_memory_cache()`` too, while ``holder`` lives."""
+    _memory_caches.add(holder)
 
 
 ARG_KINDS = ("tensor", "int", "float")
@@ -398,8 +424,6 @@ def bind_launcher(
                     constexprs).launch
 
 
-# every live `_Binding`, so clear_memory_cache can empty their key -> loaded kernel tables
-_bindings: weakref.WeakSet = weakref.WeakSet()
 _binding_ids = itertools.count()
 
 
@@ -422,10 +446,19 @@ class _Binding:
         self.maxnreg = maxnreg
         self.constexprs = constexprs
         self.by_key: dict[tuple, LoadedKernel] = {}
-        self.launch = self._generate()
-        _bindings.add(self)
+        self.launch, self._key = self._generate()
+        self.launch.loaded_kernel = self.loaded_kernel
+        register_memory_cache(self)
 
-    def _generate(self) -> Callable[..., None]:
+    def clear_memory_cache(self) -> None:
+        self.by_key.clear()
+
+    def loaded_kernel(self, args: Sequence[Any]) -> LoadedKernel:
+        """The kernel this launcher launched for ``args`` (KeyError: it launched none for their key)."""
+        return self.by_key[self._key(*args)]
+
+    def _generate(self) -> tuple[Callable[..., None], Callable[..., tuple]]:
+        """The launch function (see `bind_launcher`) and ``key(*args)``, its key of a launch."""
         args = [f"a{i}" for i in range(len(self.arg_kinds))]
         lines = [
             f"def launch({', '.join(['grid', *args])}):",
@@ -449,12 +482,14 @@ class _Binding:
             f"        loaded = load(key, {_tuple_source(args)})",
             f"    loaded.launch_packed(grid, {_tuple_source(values)}, {_tuple_source(args)})",
         ]
+        pointers = [line for line in lines if line.endswith(".data_ptr()")]
+        lines += [f"def key({', '.join(args)}):", *pointers, f"    return {_tuple_source(key)}"]
         source = "\n".join(lines) + "\n"
         filename = f"<inductor_lite launcher {next(_binding_ids)} of {self.kernel.name}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # readable tracebacks
         namespace = {"config": config, "interpret": self._interpret, "by_key": self.by_key, "load": self._load}
         exec(compile(source, filename, "exec"), namespace)
-        return namespace["launch"]
+        return namespace["launch"], namespace["key"]
 
     def _load(self, key: tuple, args: tuple) -> LoadedKernel:
         """The loaded kernel for a new key, after checking ``args`` as `launch` would."""

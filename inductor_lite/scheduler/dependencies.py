@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence
 import sympy
 
 from ..ir.indexing import Expr, flat_to_vars, index_var, known_equal, product, simplify_index
-from ..ir.nodes import ComputedBuffer, Reduction, ScatterBuffer
+from ..ir.nodes import ComputedBuffer, Reduction, Scan, ScatterBuffer
 from ..ir.ops import OpsHandler, set_ops_handler
 
 FLAT = index_var("xindex")
@@ -180,6 +180,16 @@ class ReadWrites:
         return {d.name for d in self.reads}
 
 
+def _write_dep(buffer: ComputedBuffer, x_vars: list, r_vars: list) -> MemoryDep:
+    """The write of ``buffer`` at its loop variables: at every x position, and for a
+    `Scan` at every scan position too."""
+    loops = buffer.data
+    if isinstance(loops, Scan):
+        return MemoryDep(buffer.name, sympy.expand(buffer.store_index(x_vars, r_vars)), tuple(x_vars + r_vars),
+                         tuple(loops.ranges) + tuple(loops.scan_ranges))
+    return MemoryDep(buffer.name, sympy.expand(buffer.store_index(x_vars)), tuple(x_vars), tuple(loops.ranges))
+
+
 def extract_read_writes(buffer: ComputedBuffer) -> ReadWrites:
     """The reads of ``buffer``'s ``inner_fn`` and its write through its layout.
 
@@ -191,16 +201,16 @@ def extract_read_writes(buffer: ComputedBuffer) -> ReadWrites:
     loops = buffer.data
     x_vars = loops.index_vars()
     r_vars, r_ranges = [], []
-    if isinstance(loops, Reduction):
+    if isinstance(loops, (Reduction, Scan)):
         r_vars, r_ranges = loops.reduction_vars(), loops.reduction_ranges
     recorder = ReadRecorder(x_vars + r_vars, list(loops.ranges) + list(r_ranges))
     with set_ops_handler(recorder):
-        if isinstance(loops, Reduction):
+        if isinstance(loops, (Reduction, Scan)):
             loops.inner_fn(x_vars, r_vars)
         else:
             loops.inner_fn(x_vars)
         # a scatter's store index loads index tensors: reads too
-        write = MemoryDep(buffer.name, sympy.expand(buffer.store_index(x_vars)), tuple(x_vars), tuple(loops.ranges))
+        write = _write_dep(buffer, x_vars, r_vars)
     if isinstance(buffer, ScatterBuffer):
         # it updates its target in place: ordered after the target's writer (a read there)
         recorder.load(buffer.target.name, write.index)

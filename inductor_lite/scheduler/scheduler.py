@@ -21,9 +21,9 @@ from typing import Union
 import networkx as nx
 import sympy
 
-from ..ir.indexing import Expr
+from ..ir.indexing import Expr, product
 from ..ir.nodes import (
-    Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, format_node, iter_ir_leaves, underlying_buffer,
+    Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, Scan, format_node, iter_ir_leaves, underlying_buffer,
 )
 from ..logs import log_artifact
 from .dependencies import ReadWrites, StarDep, extract_read_writes
@@ -31,10 +31,10 @@ from .fusion import KernelGroup, fuse_groups
 
 
 class SchedulerNode:
-    """A Pointwise or Reduction `ComputedBuffer` with its dependencies.
+    """A Pointwise, Reduction or Scan `ComputedBuffer` with its dependencies.
 
     ``order`` is its position in the lowered graph; ``group`` is ``(numel, rnumel)``:
-    its x domain size and its reduction size (1 for a Pointwise).
+    its x domain size and its reduction (or scan) size (1 for a Pointwise).
     """
 
     def __init__(self, buffer: ComputedBuffer, order: int):
@@ -43,8 +43,8 @@ class SchedulerNode:
         self.order = order
         self.read_writes: ReadWrites = extract_read_writes(buffer)
         data = buffer.data
-        rnumel = data.get_reduction_numel() if isinstance(data, Reduction) else sympy.Integer(1)
-        self.group: tuple[Expr, Expr] = (data.get_numel(), rnumel)
+        rnumel = data.get_reduction_numel() if isinstance(data, (Reduction, Scan)) else sympy.Integer(1)
+        self.group: tuple[Expr, Expr] = (product(data.ranges), rnumel)
 
     @property
     def is_reduction(self) -> bool:
