@@ -195,9 +195,10 @@ def test_adaptive_avg_pool2d_channels_last():
     dict(size=(5, 13)),
     dict(scale_factor=(1.7, 0.6)),
     dict(scale_factor=(1.7, 0.6), recompute_scale_factor=False),
+    dict(size=(5, 13), mode="nearest-exact"),
 ], [2]))
 def test_upsample_nearest2d(kwargs, dtype):
-    check(lambda x: F.interpolate(x, mode="nearest", **kwargs), randn(2, 3, 7, 9, dtype=dtype))
+    check(lambda x: F.interpolate(x, **{"mode": "nearest", **kwargs}), randn(2, 3, 7, 9, dtype=dtype))
 
 
 @pytest.mark.parametrize("kwargs, dtype", fp32_and_some_bf16([
