@@ -45,8 +45,10 @@ loads, to the kernel's device, argument kinds and candidate configs
     launch_poi_fused_add_0 = bind_tuned_launcher(poi_fused_add_0, device_0, ("tensor", "tensor", "tensor", "int"),
                                                  [Config.of(4, XBLOCK=1024), ...], grid=((3, 'XBLOCK'),))
 
-which picks a config per set of sizes (timing the candidates on the first call) and
-computes the grid, so a launch re-checks only what the compiled binary assumes and the code does not fix.
+which picks a config per set of sizes (timing the candidates on the first call),
+computes the grid and records the loaded kernel and its parameter buffer per sizes and
+pointer alignments, so a later launch is a dict lookup, one argument pack and one
+``cuLaunchKernel``.
 
 `load_module` execs the source under a fake filename registered in `linecache`, so
 ``inspect.getsource`` (which the DSL uses to read kernels) and tracebacks work.

@@ -15,7 +15,9 @@ generated for that kernel (see `bind_launcher`) that per launch only reads the
 pointers, computes the specialisation's per-launch facts (16-byte alignment of each
 pointer, divisibility by 16 and int32 range of each int) as a tuple key, finds the
 loaded kernel for that key and launches it. A new key goes through the full
-validation and `precompile` once.
+validation and `precompile` once. Generated wrappers reach it through
+`tuned_launcher`, which launches through it the first time it sees a key and then
+launches the recorded `LoadedKernel.launch_entry` itself.
 
 Everything else happens on the first launch of a specialisation (or ahead of time,
 through `precompile`):
