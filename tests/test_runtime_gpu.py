@@ -274,6 +274,39 @@ def test_kernel_inside_cuda_graph_capture(fresh_cache):
         torch.testing.assert_close(out, x * 1.25 + y)
 
 
+def test_tuned_launcher_fast_path_sizes_alignment_streams_threads_and_capture(fresh_cache):
+    """A compiled graph's launches after each key's first: new sizes and misaligned views
+    pick their own recorded launch, a side stream orders them, a fresh thread (no current
+    context) pushes the kernel's, and a CUDA graph captures them."""
+    fn = lambda x: torch.sin(x) * 2 + 1  # noqa: E731
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
+    base = torch.randn(5000, device="cuda")
+    for n, offset in ((1000, 0), (1000, 0), (1000, 1), (2048, 0), (1000, 1), (1000, 0), (4001, 3)):
+        x = base[offset:offset + n]
+        torch.testing.assert_close(compiled(x), fn(x))
+    x = base[:1000]
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        x2 = x * 2
+        out = compiled(x2)
+    side.synchronize()
+    torch.testing.assert_close(out, fn(x * 2))
+    results = []
+    thread = threading.Thread(target=lambda: results.append(compiled(x)))
+    thread.start()
+    thread.join()
+    torch.testing.assert_close(results[0], fn(x))
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = compiled(static_x)
+    static_x.copy_(base[1000:2000])
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(static_out, fn(base[1000:2000]))
+
+
 def test_second_process_reads_the_disk_cache(fresh_cache):
     run_axpy(10_000)
     assert counters["kernels_compiled"] == 1
