@@ -152,8 +152,7 @@ def _lower_max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, di
     checks = [p > 0 or ceil_mode for p in pads]
     load_at = _window_loader(x, compute, lowest, checks)
     width = x.get_size()[-1]
-    values_val, indices_val = ctx.val
-    out_size = [as_expr(s) for s in values_val.size()]
+    out_size = [as_expr(s) for s in ctx.val[0].size()]
 
     def first_inside(start: Expr, d: int) -> Expr:
         if not checks[d]:
@@ -166,10 +165,15 @@ def _lower_max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, di
     def window_max(index):
         *prefix, oh, ow = index
         h0, w0 = oh * strides[0] - pads[0], ow * strides[1] - pads[1]
-        best = const(lowest, compute)
-        best_index = ops.index_expr(first_inside(h0, 0) * width + first_inside(w0, 1), torch.int64)
-        for i, j in itertools.product(range(kernel[0]), range(kernel[1])):
-            h, w = h0 + i * dilations[0], w0 + j * dilations[1]
+        positions = [(h0 + i * dilations[0], w0 + j * dilations[1])
+                     for i, j in itertools.product(range(kernel[0]), range(kernel[1]))]
+        if any(checks):
+            best = const(lowest, compute)
+            best_index = ops.index_expr(first_inside(h0, 0) * width + first_inside(w0, 1), torch.int64)
+        else:  # the window's first element is inside the input: start from it
+            (h, w), positions = positions[0], positions[1:]
+            best, best_index = load_at(prefix, h, w), ops.index_expr(h * width + w, torch.int64)
+        for h, w in positions:
             value = load_at(prefix, h, w)
             take = ops.gt(value, best)
             if compute.is_floating_point:
@@ -268,15 +272,14 @@ def _check_float(x, op: str) -> None:
         raise NoLowering(f"{op} of {x.get_dtype()}")
 
 
-def _avg_divisor(out_index: Sequence[Expr], kernel, strides, pads, sizes, count_include_pad: bool,
-                 divisor_override) -> Expr:
+def _avg_divisor(out_index: Sequence[Expr], kernel, strides, pads, sizes, ceil_mode: bool,
+                 count_include_pad: bool, divisor_override) -> Expr:
     """What eager's ``avg_pool2d`` divides the window sum at output ``out_index`` by:
     the window clipped to the padded input (``count_include_pad``) or to the input."""
     if divisor_override:
         return as_expr(int(divisor_override))
-    if not any(pads):
-        # without padding only a ceil_mode window can pass the input's end
-        count_include_pad = False
+    if not any(pads) and not ceil_mode:  # every window lies inside the input
+        return as_expr(kernel[0] * kernel[1])
     factor = sympy.Integer(1)
     for o, k, s, p, n in zip(out_index, kernel, strides, pads, sizes):
         start = o * s - p
@@ -327,7 +330,8 @@ def _avg_pool(ctx, x, kernel: list[int], strides: list[int], pads: list[int], ce
         return prefix, oh * strides[0] - pads[0], ow * strides[1] - pads[1]
 
     def divide(total, index):
-        divisor = _avg_divisor(index[-2:], kernel, strides, pads, sizes, count_include_pad, divisor_override)
+        divisor = _avg_divisor(index[-2:], kernel, strides, pads, sizes, ceil_mode, count_include_pad,
+                               divisor_override)
         return cast(_divide(total, divisor, compute), compute, dtype)
 
     if kernel[0] * kernel[1] <= MAX_UNROLLED_WINDOW:
@@ -369,7 +373,8 @@ def _lower_avg_pool2d_backward(ctx, grad, x, kernel_size, stride, padding, ceil_
     compute = _compute_dtype(grad_dtype)
 
     def contribution(prefix, h, w, oh, ow):
-        divisor = _avg_divisor((oh, ow), kernel, strides, pads, sizes, count_include_pad, divisor_override)
+        divisor = _avg_divisor((oh, ow), kernel, strides, pads, sizes, ceil_mode, count_include_pad,
+                               divisor_override)
         return _divide(cast(load_grad([*prefix, oh, ow]), grad_dtype, compute), divisor, compute)
 
     return _pool_backward(ctx, grad, x, kernel, strides, pads, "avg_pool2d_backward", contribution)
