@@ -309,7 +309,8 @@ def test_cuda_externs_without_stride_checks_match_eager(poison_empty, dtype):
     inputs = [torch.randn(*s, device="cuda", dtype=dtype) for s in
               ((16, 32), (32, 32), (2, 3, 16, 16), (8, 3, 3, 3), (2, 4, 64, 32))]
     code = build(fn, *inputs)
-    assert len(code.stride_checks) <= 1  # only a flash attention output, laid out like its query
+    # only attention outputs that follow the query or whose sizes torch versions disagree on keep a check
+    assert all(f"{name} = buf" in code.source and f"{name} = aten" not in code.source for name in code.stride_checks)
     outs, _ = run(code, *inputs)
     tolerance = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.float16 else {}
     for got, expected in zip(outs, fn(*inputs)):

@@ -15,9 +15,10 @@ strides are the real ones whatever the inputs' strides. That holds for
   _addmm_activation``): a row-major result (structured kernels allocate it from the
   sizes); the fake layout is required to be row-major too, as a sanity check;
 - ``empty_strided``: its arguments are the layout;
-- the memory-efficient attention forward: output ``(B, M, H, K)`` transposed to
-  ``(B, H, M, K)``, and the log-sum-exp, philox seed and offset; and the flash attention
-  forwards' outputs other than the attention output (log-sum-exp, seeds, debug mask);
+- the memory-efficient attention forward (CUDA): the output, allocated ``(B, M, H, K)``
+  and transposed to ``(B, H, M, K)``, and the log-sum-exp; the flash attention forwards'
+  log-sum-exp. (Their philox seeds and offsets and flash attention's debug mask keep
+  the check: the meta functions' sizes for those have changed between torch versions.)
 - ``convolution`` when its input and weight both suggest the contiguous memory format
   (`torch._prims_common.suggest_memory_format`, on the layouts the wrapper passes) and the
   fake result is contiguous: cuDNN, MIOpen, oneDNN and the native kernels choose
@@ -48,11 +49,11 @@ _ROW_MAJOR_OPS = frozenset({
     aten.addmv.default, aten.dot.default, aten.vdot.default, aten._int_mm.default, aten._addmm_activation.default,
 })
 
-# op -> indices of outputs allocated from sizes alone (None: every output)
-_FRESH_OUTPUTS: dict[Any, Optional[frozenset[int]]] = {
-    aten.empty_strided.default: None,
-    aten._scaled_dot_product_efficient_attention.default: None,
-    aten._scaled_dot_product_flash_attention.default: frozenset(range(1, 9)),
+# op -> indices of the outputs allocated from sizes alone (None: its only output)
+_FRESH_OUTPUTS: dict[Any, frozenset[Optional[int]]] = {
+    aten.empty_strided.default: frozenset({None}),
+    aten._scaled_dot_product_efficient_attention.default: frozenset({0, 1}),
+    aten._scaled_dot_product_flash_attention.default: frozenset({1}),
     aten._scaled_dot_product_flash_attention_for_cpu.default: frozenset({1}),
 }
 
@@ -75,8 +76,7 @@ def fixed_layout(op: Any, args: Sequence[Any], output_index: Optional[int], layo
     if op in _ROW_MAJOR_OPS:
         return output_index is None and _is_row_major(layout.size, layout.stride)
     if op in _FRESH_OUTPUTS:
-        indices = _FRESH_OUTPUTS[op]
-        return indices is None or output_index in indices
+        return output_index in _FRESH_OUTPUTS[op]
     if op is aten.convolution.default:
         return (output_index is None and _is_row_major(layout.size, layout.stride)
                 and all(_suggests_contiguous(a) for a in args[:2]))
