@@ -31,7 +31,12 @@ UNDEFINED_VALUES = frozenset({"empty", "empty_like", "empty_permuted", "empty_st
                               "new_empty_strided"})
 """Ops whose outputs hold uninitialised memory: values are not compared."""
 
-XFAIL: dict[tuple[str, str], str] = {}
+XFAIL: dict[tuple[str, str], str] = {
+    ("logcumsumexp", "backward"): (
+        "ill-conditioned sample: the gradient is exp(a) - exp(b) of two nearly equal reverse logcumsumexps "
+        "in fp32; ours and eager's (CPU eager accumulates in fp64) are each about 4e-3 from the fp64 "
+        "gradient, and from each other by as much"),
+}
 """``(op name with ``.variant``, mode) -> reason``; modes as in `opinfo_harness.MODES`."""
 
 DYNAMIC_OPS = frozenset({
