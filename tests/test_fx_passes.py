@@ -103,6 +103,25 @@ def test_bert_eager_attention_without_mask_scale_folded():
     torch.testing.assert_close(out.double(), _reference(bert_eager_attention, q, k, v, mask), **TOL[torch.float32])
 
 
+def projected_attention(x, w, mask):
+    """q, k, v as views of one projection, the output transposed back (BERT's layout):
+    the fused output's strides differ from the math output's, and the views after it
+    must follow."""
+    b, length, _ = x.shape
+    qkv = (x @ w).view(b, length, 3, 2, 16)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    scores = torch.matmul(q, k.transpose(-1, -2)) * 0.25 + mask
+    return torch.matmul(F.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, length, 32) + 1
+
+
+def test_attention_on_projection_views():
+    x, w, mask = _rand(2, 16, 32), _rand(32, 96) / math.sqrt(32), _rand(2, 1, 16, 16)
+    with torch.no_grad():
+        out = _compile(projected_attention)(x, w, mask)
+    assert counters["pass.fuse_attention"] == 1
+    torch.testing.assert_close(out.double(), _reference(projected_attention, x, w, mask), **TOL[torch.float32])
+
+
 def t5_attention(q, k, v, position_bias):
     """T5's attention: no scaling, a learned bias as the mask, softmax in fp32."""
     scores = torch.matmul(q, k.transpose(3, 2)) + position_bias
@@ -318,11 +337,12 @@ def test_pad_mm_through_backend_forced():
     saved = list(fx_passes.PASSES)
     fx_passes.PASSES[:] = [("pad_mm", forced)]
     try:
-        out = _compile(lambda x, y: (x @ y).relu())(a, b)
+        # the transpose reads the sliced, padded result: its strides are not the mm's
+        out = _compile(lambda x, y: (x @ y).t().relu())(a, b)
     finally:
         fx_passes.PASSES[:] = saved
     assert counters["pass.pad_mm"] == 1
-    torch.testing.assert_close(out, (a @ b).relu())
+    torch.testing.assert_close(out, (a @ b).t().relu())
 
 
 def test_pad_mm_leaves_cpu_aligned_and_symbolic_gemms():

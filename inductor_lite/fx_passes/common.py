@@ -126,6 +126,39 @@ def fake_mode_of(gm: torch.fx.GraphModule):
     return mode
 
 
-def replace_node(old: torch.fx.Node, new: torch.fx.Node) -> None:
-    """Point every user of ``old`` at ``new``; ``old`` is left for dead-code elimination."""
+def replace_node(gm: torch.fx.GraphModule, old: torch.fx.Node, new: torch.fx.Node) -> None:
+    """Point every user of ``old`` at ``new`` (``old`` is left for dead-code elimination),
+    then refresh the ``meta['val']`` of the nodes downstream.
+
+    ``new`` computes the same values but may lay them out differently (a fused attention
+    output, a padded GEMM's slice); the lowering lays views and copies out from their
+    nodes' fake values, so stale strides there would make kernels index the wrong memory.
+    """
     old.replace_all_uses_with(new)
+    _refresh_downstream(gm, new)
+
+
+def _refresh_downstream(gm: torch.fx.GraphModule, start: torch.fx.Node) -> None:
+    """Re-run, under the fake mode, each node after ``start`` that reads a node whose
+    fake value changed; stops where a value comes out as before."""
+    fake_mode = fake_mode_of(gm)
+    changed = {start}
+    node = start.next
+    while node.op != "root":
+        if node.op == "call_function" and any(i in changed for i in node.all_input_nodes):
+            args, kwargs = pytree.tree_map(val, (node.args, node.kwargs))
+            with fake_mode:
+                result = node.target(*args, **kwargs)
+            if not _same_meta(result, node.meta.get("val")):
+                node.meta["val"] = result
+                changed.add(node)
+        node = node.next
+
+
+def _same_meta(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return (a.dtype == b.dtype and a.device == b.device and same_sizes(a.shape, b.shape)
+                and same_sizes(a.stride(), b.stride()) and same(a.storage_offset(), b.storage_offset()))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_meta(x, y) for x, y in zip(a, b))
+    return not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor)

@@ -90,7 +90,7 @@ def fuse_attention(gm: torch.fx.GraphModule) -> int:
         fused = _emit(gm, match)
         if fused is None:
             continue
-        replace_node(match.output, fused)
+        replace_node(gm, match.output, fused)
         count += 1
     return count
 

@@ -60,7 +60,7 @@ def pad_mm(gm: torch.fx.GraphModule, force: bool = False) -> int:
         plan = _plan(a, b, bias, force)
         if plan is None:
             continue
-        replace_node(node, _emit(gm, node, a, b, bias, *plan))
+        replace_node(gm, node, _emit(gm, node, a, b, bias, *plan))
         count += 1
     return count
 

@@ -43,7 +43,7 @@ def split_addmm(gm: torch.fx.GraphModule) -> int:
         bias, x, w = node.args
         build = GraphBuilder(gm, node)
         product = build.call(aten.mm.default, x, w)
-        replace_node(node, build.call(aten.add.Tensor, product, bias))
+        replace_node(gm, node, build.call(aten.add.Tensor, product, bias))
         count += 1
     return count
 
