@@ -16,6 +16,8 @@
   counted as misses, rebuilt); ``graph_cache_bypasses``: graphs with no stable key,
   compiled without the cache;
 - ``autotune_runs``: tuning keys decided by timing (not from the disk cache).
+- ``pass.<name>``: rewrites made by each graph pass (`fx_passes`), e.g.
+  ``pass.fuse_attention``;
 - ``cudagraph_recordings``, ``cudagraph_replays``: CUDA graphs captured, and calls
   answered by a replay (``mode="reduce-overhead"``, `runtime.cudagraphs`);
 - ``cudagraph_skips``: graphs that run with plain launches instead, each with a logged
