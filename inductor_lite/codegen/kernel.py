@@ -26,6 +26,11 @@ contiguous in memory, so that the tile's contiguous axis is the memory's):
   current loop starts a new loop; a row value computed in an earlier loop is
   recomputed from its inputs (as TorchInductor's looped reductions re-read the row).
 
+A scan (`ir.nodes.Scan`) makes a group of ``(N, R)`` too, always persistent along the
+tile's second axis: its values are scanned by one ``dl.associative_scan`` of
+``[XBLOCK, RBLOCK]`` tiles, its combine function a ``def combineN`` at the top of the
+kernel (the lowering keeps longer or dynamic scans as externs).
+
 Nodes run in graph order; each node's ``inner_fn`` runs under `KernelCodegen`, an
 ``ops`` handler that emits one ``tmpN = ...`` line per op (common subexpressions reuse
 their variable). Each node is placed in the kernel by its `Placement`: a reduction
