@@ -12,6 +12,8 @@ memory, `GenericView` is an index remapping (``reindex``) over any node.
 
 A `Reduction` reduces ``inner_fn(index, rindex)`` over its ``reduction_ranges`` for
 each point of its ``ranges``; it is always realized (a consumer loads its result).
+A `Scan` is an inclusive scan (cumsum, cummax, ...) along one dimension, also always
+realized.
 Matmul, convolution, attention and every op without a lowering is an `ExternKernel`
 (an aten call on realized buffers, outputs laid out as the op's fake-tensor result
 says).
