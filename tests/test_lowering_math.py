@@ -129,6 +129,10 @@ UNARY = {
     "special_i1": (torch.special.i1, (-20, 20), [-90.0, 100.0]),
     "modified_bessel_i0": (torch.special.modified_bessel_i0, (-20, 20), [90.0]),
     "modified_bessel_i1": (torch.special.modified_bessel_i1, (-20, 20), [-90.0]),
+    "bessel_j0": (torch.special.bessel_j0, (-30, 30), [1e-30, 2.404825]),
+    "bessel_j1": (torch.special.bessel_j1, (-30, 30), [1e-30, 3.831706]),
+    "bessel_y0": (torch.special.bessel_y0, (-1, 30), [1e-30, 0.893577]),
+    "bessel_y1": (torch.special.bessel_y1, (-1, 30), [1e-30, 2.197141]),
     "special_erfcx": (torch.special.erfcx, (-5, 30), [1e10, -10.0, -30.0]),
     "sinc": (torch.sinc, (-5, 5), [1.0, 2.0, -3.0, 1e-30]),
     "signbit": (torch.signbit, (-5, 5), [NAN * -1.0]),
@@ -155,7 +159,8 @@ def test_unary_fp32(name):
 
 
 # eager has no bf16 CPU kernels for these
-NO_BF16 = {"special_erfcx", "special_log_ndtr", "modified_bessel_i0", "modified_bessel_i1"}
+NO_BF16 = {"special_erfcx", "special_log_ndtr", "modified_bessel_i0", "modified_bessel_i1", "bessel_j0", "bessel_j1",
+           "bessel_y0", "bessel_y1"}
 
 
 @pytest.mark.parametrize("name", sorted(set(UNARY) - NO_BF16))
@@ -377,7 +382,8 @@ def _all_math(x, y):
     return (torch.acos(x), torch.asin(x), torch.atan(x), torch.sinh(x), torch.cosh(x), torch.asinh(x),
             torch.acosh(x), torch.atanh(x), torch.erfc(x), torch.erfinv(x), torch.lgamma(x), torch.digamma(x),
             torch.i0(x), torch.special.i1(x), torch.special.erfcx(x), torch.signbit(x), torch.hypot(x, y),
-            torch.copysign(x, y), torch.fmax(x, y))
+            torch.copysign(x, y), torch.fmax(x, y), torch.special.bessel_j0(x), torch.special.bessel_j1(x),
+            torch.special.bessel_y0(x), torch.special.bessel_y1(x))
 
 
 def _fp64_math(x, y):

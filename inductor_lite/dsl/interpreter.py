@@ -59,7 +59,8 @@ _UNARY = {
     "acos": torch.acos, "asin": torch.asin, "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh,
     "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh, "erfc": torch.erfc,
     "erfcx": torch.special.erfcx, "erfinv": torch.erfinv, "lgamma": torch.lgamma, "cyl_bessel_i0": torch.i0,
-    "cyl_bessel_i1": torch.special.i1, "signbit": torch.signbit,
+    "cyl_bessel_i1": torch.special.i1, "j0": torch.special.bessel_j0, "j1": torch.special.bessel_j1,
+    "y0": torch.special.bessel_y0, "y1": torch.special.bessel_y1, "signbit": torch.signbit,
 }
 def _float_fmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """C ``fmod`` (exact, as libdevice's). torch's vectorized float32 CPU fmod is not: it

@@ -238,6 +238,12 @@ lgamma = _math_stub("lgamma", "log(|gamma(x)|); +inf at the poles 0, -1, -2, ...
 cyl_bessel_i0 = _math_stub("cyl_bessel_i0", "Modified Bessel function of the first kind, order 0 (torch.i0).")
 cyl_bessel_i1 = _math_stub("cyl_bessel_i1", "Modified Bessel function of the first kind, order 1 "
                                             "(torch.special.i1).")
+j0 = _math_stub("j0", "Bessel function of the first kind, order 0 (torch.special.bessel_j0).")
+j1 = _math_stub("j1", "Bessel function of the first kind, order 1 (torch.special.bessel_j1).")
+y0 = _math_stub("y0", "Bessel function of the second kind, order 0 (torch.special.bessel_y0); -inf at 0, "
+                      "NaN below.")
+y1 = _math_stub("y1", "Bessel function of the second kind, order 1 (torch.special.bessel_y1); -inf at 0, "
+                      "NaN below.")
 signbit = _math_stub("signbit", "int1: the sign bit of x is set (true for -0.0 and negative NaNs; "
                                 "x < 0 for integers).")
 hypot = _math2_stub("hypot", "sqrt(x**2 + y**2) without overflow or underflow in between.")

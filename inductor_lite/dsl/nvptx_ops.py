@@ -351,7 +351,8 @@ class ScalarCodegen:
                  "atan2": "atan2", "fmod": "fmod", "acos": "acos", "asin": "asin", "atan": "atan", "sinh": "sinh",
                  "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "erfc": "erfc",
                  "erfcx": "erfcx", "erfinv": "erfinv", "lgamma": "lgamma", "cyl_bessel_i0": "cyl_bessel_i0",
-                 "cyl_bessel_i1": "cyl_bessel_i1", "hypot": "hypot", "copysign": "copysign",
+                 "cyl_bessel_i1": "cyl_bessel_i1", "j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1",
+                 "hypot": "hypot", "copysign": "copysign",
                  "nextafter": "nextafter"}
         if fn not in names:
             raise LoweringError(f"unknown math function {fn!r}")

@@ -1,6 +1,6 @@
 """Lowerings of the pointwise math functions beyond arithmetic and the basic
 transcendentals (those live in `pointwise`): inverse trigonometric and hyperbolic
-functions, error, gamma and Bessel functions, ``digamma``, ``hypot``/``copysign``/
+functions, error, gamma and Bessel functions (``i0``, ``i1``, ``bessel_j0/j1/y0/y1``), ``digamma``, ``hypot``/``copysign``/
 ``nextafter``/``fmax``/``fmin``, ``signbit``, ``round(decimals=)`` and bitwise shifts.
 
 Where libdevice has the function it is one ``ops`` call (one DSL math call, one
@@ -35,6 +35,16 @@ register_pointwise([aten.special_i1.default, aten.special_modified_bessel_i1.def
                    Kind.INT_TO_FLOAT)
 register_pointwise([aten.special_modified_bessel_i0.default], _unary("i0"), Kind.INT_TO_FLOAT)
 register_pointwise([aten.special_erfcx.default], _unary("erfcx"), Kind.INT_TO_FLOAT)
+
+
+def _bessel(op: str):
+    """torch's Bessel functions (Cephes' asymptotic forms) give NaN at +-inf, where
+    libdevice's give 0."""
+    return lambda dt, x: ops.where(ops.isinf(x), const(math.nan, dt), getattr(ops, op)(x))
+
+
+for _name in ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1"):
+    register_pointwise([getattr(aten, f"special_{_name}").default], _bessel(_name), Kind.INT_TO_FLOAT)
 
 
 def _signbit(dt, x):
