@@ -125,6 +125,8 @@ UNARY = {
     "erfinv": (torch.erfinv, (-1, 1), [1.0, -1.0, 1.5, 1e-30]),
     "lgamma": (torch.lgamma, (-10, 10), [1.0, 2.0, -1.0, -2.0, -2.5, 1e30, 1e-30]),
     "digamma": (torch.digamma, (-10, 30), [1.0, 10.0, -1.0, -2.0, -2.5, 1e-30, 1e20, -1e-30, 1.4616321]),
+    "polygamma_0": (lambda x: torch.polygamma(0, x), (-10, 30), [1.0, -1.0, -2.5, 1e-30]),
+    "polygamma_1": (lambda x: torch.polygamma(1, x), (-10, 30), [1.0, 0.5, -1.0, -2.5, 1e-30, 1e20, 0.4999]),
     "i0": (torch.i0, (-20, 20), [90.0, 100.0]),
     "special_i1": (torch.special.i1, (-20, 20), [-90.0, 100.0]),
     "modified_bessel_i0": (torch.special.modified_bessel_i0, (-20, 20), [90.0]),
@@ -214,6 +216,12 @@ def test_binary_bf16(name):
     fn, (lo, hi), extra = BINARY[name]
     x, y = sample(lo, hi, extra, n=9, dtype=torch.bfloat16), sample(lo, hi, extra, n=9, dtype=torch.bfloat16)
     check_bf16(fn, *pairs(x, y))
+
+
+def test_polygamma_of_higher_order_stays_an_extern():
+    x = torch.rand(30) * 5 + 0.1
+    got = compile_and_run(lambda v: torch.polygamma(2, v), x, externs=("extern.aten.polygamma.default",))
+    torch.testing.assert_close(got, torch.polygamma(2, x))
 
 
 def test_nextafter_in_bf16_stays_an_extern():
@@ -345,6 +353,7 @@ GRADIENTS = {
     "atanh": (torch.atanh, (-0.95, 0.95)),
     "erfinv": (torch.erfinv, (-0.95, 0.95)),
     "lgamma": (torch.lgamma, (0.1, 10)),
+    "digamma": (torch.digamma, (-3, 10)),
     "sinc": (torch.sinc, (-3, 3)),
     "i0": (torch.i0, (-5, 5)),
     "logsigmoid": (F.logsigmoid, (-10, 10)),

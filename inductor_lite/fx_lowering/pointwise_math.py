@@ -1,11 +1,13 @@
 """Lowerings of the pointwise math functions beyond arithmetic and the basic
 transcendentals (those live in `pointwise`): inverse trigonometric and hyperbolic
-functions, error, gamma and Bessel functions (``i0``, ``i1``, ``bessel_j0/j1/y0/y1``), ``digamma``, ``hypot``/``copysign``/
-``nextafter``/``fmax``/``fmin``, ``signbit``, ``round(decimals=)`` and bitwise shifts.
+functions, error, gamma and Bessel functions (``i0``, ``i1``, ``bessel_j0/j1/y0/y1``),
+``digamma`` and ``polygamma`` of orders 0 and 1, ``hypot``/``copysign``/
+``nextafter``/``fmax``/``fmin``/``ldexp``, ``signbit``, ``round(decimals=)`` and
+bitwise shifts.
 
 Where libdevice has the function it is one ``ops`` call (one DSL math call, one
-``__nv_*`` call on the GPU, torch's own function in the interpreter). ``digamma``,
-which libdevice lacks, is composed from ``ops`` after ATen's ``calc_digamma``; the
+``__nv_*`` call on the GPU, torch's own function in the interpreter). ``digamma``
+and ``trigamma``, which libdevice lacks, are composed from ``ops`` after ATen's; the
 rest follows the formulas ATen's CPU kernels use, so edge values (NaN, +-inf,
 -0.0, poles) match eager.
 """
@@ -197,3 +199,33 @@ def _digamma(dt, x):
 
 
 register_pointwise([aten.digamma.default], _digamma, Kind.INT_TO_FLOAT)
+
+
+def _trigamma(dt, x):
+    """ATen's trigamma (aten/src/ATen/native/Math.h): below 0.5 the reflection
+    ``pi**2 / sin(pi * x)**2 - psi1(1 - x)``; 6 steps of ``psi1(x) = psi1(x + 1) +
+    1 / x**2``, then the asymptotic series."""
+    one = const(1.0, dt)
+    reflect = ops.lt(x, const(0.5, dt))
+    sin_pi_x = ops.sin(ops.mul(const(math.pi, dt), x))
+    result = ops.where(reflect, ops.neg(ops.truediv(const(math.pi * math.pi, dt), ops.mul(sin_pi_x, sin_pi_x))),
+                       const(0.0, dt))
+    x = ops.where(reflect, ops.sub(one, x), x)
+    for _ in range(6):
+        result = ops.add(result, ops.truediv(one, ops.mul(x, x)))
+        x = ops.add(x, one)
+    ixx = ops.truediv(one, ops.mul(x, x))
+    series = ops.mul(ixx, ops.sub(const(1 / 30, dt), ops.mul(ixx, const(1 / 42, dt))))
+    series = ops.mul(ixx, ops.sub(const(1 / 6, dt), series))
+    series = ops.add(ops.add(one, ops.truediv(one, ops.mul(const(2.0, dt), x))), series)
+    result = ops.add(result, ops.truediv(series, x))
+    return ops.where(reflect, ops.neg(result), result)
+
+
+@register_lowering(aten.polygamma.default)
+def _lower_polygamma(ctx, n, x):
+    """``polygamma(0, x)`` is digamma and ``polygamma(1, x)`` trigamma (so digamma's
+    backward is a kernel); higher orders need the Hurwitz zeta function and stay externs."""
+    if n not in (0, 1):
+        raise NoLowering(f"polygamma of order {n}")
+    return make_pointwise(ctx, [x], _digamma if n == 0 else _trigamma, Kind.INT_TO_FLOAT)
