@@ -192,13 +192,15 @@ def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode
     # a debug dump wants every stage, so it lowers the graph even when an entry exists
     key = None if config.debug_dir else cache.key(gm, name)
     loaded = cache.load(key, name, functools.partial(_load_entry, gm=gm)) if key else None
-    if loaded is None:
-        loaded = _lower(gm, graph_id, kind, name)
-        if key:
-            cache.put(key, loaded[0])
+    if loaded is not None:
+        entry, call = loaded
+        log_artifact("output_code", entry.source)
+        if entry.extern_ops:  # lowering logs each extern with its reason; a loaded graph was not lowered
+            log_artifact("fallbacks", f"graph {name} (from the graph cache): extern calls {entry.extern_ops}")
     else:
-        log_artifact("output_code", loaded[0].source)
-    entry, call = loaded
+        entry, call = _lower(gm, graph_id, kind, name)
+        if key:
+            cache.put(key, entry)
     counters["kernels_generated"] += len(entry.kernels)
     for op, n in entry.extern_ops.items():
         counters["extern_calls"] += n

@@ -7,6 +7,7 @@ one cache directory, the second unable to lower anything.
 """
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -63,7 +64,11 @@ WARM_START_SCRIPT = textwrap.dedent("""
     import torch
     import inductor_lite
     from inductor_lite import backend
+    from inductor_lite.runtime import graph_cache
 
+    # both processes key on the toolchain the test read: others may edit the source between them
+    versions = json.loads(sys.argv[4])
+    graph_cache.toolchain = lambda: versions
     if sys.argv[1] == "warm":
         class NoLowering:
             def __init__(self, *args, **kwargs):
@@ -78,6 +83,7 @@ WARM_START_SCRIPT = textwrap.dedent("""
     def g(x):
         return (x * 2).sin().sum(-1)
 
+    torch.set_default_device(sys.argv[5])
     torch.manual_seed(int(sys.argv[2]))  # fresh inputs in each process
     x = torch.randn(8, 16, dtype=torch.float64)
     w = torch.randn(16, 4, dtype=torch.float64, requires_grad=True)
@@ -105,18 +111,23 @@ def run_process(script, cache_dir, *args):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_a_fresh_process_loads_every_graph_without_lowering(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_fresh_process_loads_every_graph_without_lowering(tmp_path, device):
     """Forward, backward (with a tensor constant) and a dynamic-shape graph: compiled in
-    one process, loaded in the next, which cannot lower and runs another size."""
+    one process, loaded in the next, which cannot lower and runs another size. On a
+    GPU the warm process builds no kernel binary either (the binary cache has them)."""
     script = tmp_path / "warm_start.py"
     script.write_text(WARM_START_SCRIPT)
-    cold = run_process(script, tmp_path / "cache", "cold", 0, 6)
-    warm = run_process(script, tmp_path / "cache", "warm", 1, 11)
+    versions = json.dumps(graph_cache.toolchain())
+    cold = run_process(script, tmp_path / "cache", "cold", 0, 6, versions, device)
+    warm = run_process(script, tmp_path / "cache", "warm", 1, 11, versions, device)
     assert cold.get("graph_cache_misses") == 3 and "graph_cache_hits" not in cold
     assert warm.get("graph_cache_hits") == 3 and "graph_cache_misses" not in warm
     # counters describe the compiled graphs the same way warm or cold
     for name in ("graphs_compiled", "kernels_generated", "extern_calls"):
         assert warm[name] == cold[name] > 0
+    if device == "cuda":
+        assert cold["kernels_compiled"] > 0 and "kernels_compiled" not in warm
 
 
 def test_same_graph_hits_and_other_shapes_or_dtypes_miss():
@@ -147,6 +158,22 @@ def test_a_config_change_invalidates_and_logging_does_not():
     assert outcome() == {"graph_cache_hits": 0, "graph_cache_misses": 3, "graph_cache_corrupt": 0}
     compile_and_check(scaled_softmax, x, w, options={"logs": "cache"})
     assert counters["graph_cache_hits"] == 1
+
+
+def test_hits_and_misses_are_logged_under_cache():
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("inductor_lite.cache")
+    logger.addHandler(handler)
+    try:
+        with config.patch(logs="cache"):
+            compile_and_check(scaled_softmax, *inputs())
+            compile_and_check(scaled_softmax, *inputs())
+    finally:
+        logger.removeHandler(handler)
+    messages = [r.getMessage() for r in records]
+    assert len(messages) == 2 and "graph cache miss" in messages[0] and "graph cache hit" in messages[1], messages
 
 
 def test_a_toolchain_change_invalidates(monkeypatch):

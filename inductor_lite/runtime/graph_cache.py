@@ -157,7 +157,8 @@ def graph_key(gm: torch.fx.GraphModule) -> str:
     """
     parts = [FORMAT_VERSION, _describe_graph(gm), {name: getattr(config, name) for name in KEY_CONFIG_FIELDS},
              torch.are_deterministic_algorithms_enabled(), toolchain()]
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    # default=repr: a knob of a type JSON lacks still keys (an unstable repr only misses)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr).encode()).hexdigest()
 
 
 def _describe_graph(gm: torch.fx.GraphModule) -> list:
