@@ -52,10 +52,10 @@ def flat_scan(x_ptr, out_ptr, n, BLOCK: dl.constexpr):
     mask = offsets < n
     x = dl.load(x_ptr + offsets, mask=mask, other=0)
 
-    def add_or_keep(a, b):  # defined in the kernel: a saturating-free int sum
+    def add(a, b):  # a combine function defined in the kernel
         return a + b
 
-    dl.store(out_ptr + offsets, dl.associative_scan(x, 0, add_or_keep), mask=mask)
+    dl.store(out_ptr + offsets, dl.associative_scan(x, 0, add), mask=mask)
 
 
 @dl.kernel
