@@ -10,11 +10,17 @@ interpreter; the same tests marked `gpu` run the compiled PTX.
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import inductor_lite
 import inductor_lite.dsl as dl
+from inductor_lite.codegen.wrapper import generate_wrapper
 from inductor_lite.config import config
 from inductor_lite.dsl import assembler, compiler
+from inductor_lite.fx_lowering.decompositions import decomposition_table
+from inductor_lite.fx_lowering.graph import GraphLowering
+from inductor_lite.scheduler.fusion import KernelGroup
+from inductor_lite.scheduler.scheduler import Scheduler
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -86,11 +92,11 @@ def externs() -> list[str]:
     return sorted(k for k in inductor_lite.counters if k.startswith("extern."))
 
 
-def check(fn, *args, kernels=None, dynamic=False, exact=False):
+def check(fn, *args, kernels=None, dynamic=False, exact=False, tol=None):
     """``fn`` compiled matches eager with no extern call (and ``kernels`` kernels if
     given). Float results that sum repeated indices are compared with an fp64 eager
-    run at the dtype's tolerance (the order of atomic adds varies); ``exact`` results
-    (stores only) and integers exactly."""
+    run at the dtype's tolerance, or ``tol`` (the order of atomic adds varies);
+    ``exact`` results (stores only) and integers exactly."""
     torch._dynamo.reset()
     inductor_lite.reset_counters()
     got = torch.compile(fn, backend="inductor_lite", dynamic=dynamic)(*args)
@@ -98,7 +104,7 @@ def check(fn, *args, kernels=None, dynamic=False, exact=False):
     assert got.dtype == expected.dtype and got.shape == expected.shape
     if got.dtype.is_floating_point and not exact:
         wide = fn(*[a.double() if a.is_floating_point() else a for a in args])
-        tol = {torch.float64: 1e-12, torch.float32: 1e-5}.get(got.dtype, 1e-2)
+        tol = tol or {torch.float64: 1e-12, torch.float32: 1e-5}.get(got.dtype, 1e-2)
         torch.testing.assert_close(got.double(), wide, rtol=tol, atol=tol)
     else:
         assert torch.equal(got, expected)
@@ -209,6 +215,44 @@ def test_deterministic_mode_keeps_atomics_extern():
         torch.use_deterministic_algorithms(False)
     torch.testing.assert_close(got, fn(x, i, v))
     assert externs() == ["extern.aten.index_put.default"]
+
+
+def generated(fn, *args):
+    """The scheduler and wrapper code of ``fn`` on fake ``args``."""
+    graph = GraphLowering(make_fx(fn, tracing_mode="fake", decomposition_table=decomposition_table())(*args))
+    graph.run()
+    scheduler = Scheduler(graph)
+    return scheduler, generate_wrapper(graph, scheduler, "test")
+
+
+def test_scatter_runs_alone_between_its_target_and_its_readers():
+    # producer of the values, copy of x and the consumer could all fuse with it by domain
+    scheduler, code = generated(lambda x, i, s: torch.scatter_add(x.exp(), 0, i, s.sin()).cos(), rand(16),
+                                torch.randint(0, 16, (16,)), rand(16))
+    groups = [[n.name for n in step.nodes] for step in scheduler.steps if isinstance(step, KernelGroup)]
+    assert len(groups) == 3 and all(len(g) == 1 for g in groups)
+    copy, scatter, _ = (scheduler.buffers[g[0]] for g in groups)
+    assert scatter.target is copy
+    assert copy.name not in scheduler.removed_buffers
+
+
+def test_atomic_kernels_are_not_autotuned():
+    # timing runs a kernel many times on the real arguments: each run would add again
+    x, i = rand(1 << 16), torch.randint(0, 1 << 16, (1 << 16,))
+    _, adds = generated(lambda x, i, s: torch.index_put(x, (i,), s, accumulate=True), x, i, rand(1 << 16))
+    _, stores = generated(lambda x, i, s: torch.index_put(x, (i,), s), x, i, rand(1 << 16))
+    assert [len(k.configs) for k in adds.kernels][1] == 1
+    assert all(len(k.configs) > 1 for k in stores.kernels)
+
+
+@pytest.mark.gpu
+def test_large_accumulate_on_the_gpu_with_autotuning_on():
+    # big enough for several launch configs: the atomic kernel must still add once
+    with torch.device("cuda"), config.patch(autotune=True):
+        x, i, v = rand(1 << 16), torch.randint(0, 1 << 12, (1 << 18,)), rand(1 << 18)
+        # 64 fp32 terms an index: rounding may reach 64 * 2**-24 * |sum|
+        check(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, i, v, tol=1e-4)
+        check(lambda x, i, v: x.index_add(0, i, v), x, i, v, tol=1e-4)
 
 
 # ----------------------------------------------------------------------------- training

@@ -132,7 +132,8 @@ class KernelSource:
             ``('expr', sympy)`` for an integer the wrapper computes.
         numel, rnumel: the group.
         configs: launch candidates (block sizes are the kernel's constexprs), the
-            untuned default first (`heuristics`).
+            untuned default first (`heuristics`); only that one for a kernel that adds
+            atomically, which tuning (many runs on the real arguments) would corrupt.
         grid: ``(position in call_args, block name)`` per tiled axis: the kernel runs
             ``prod(cdiv(arg, block))`` programs (a 1-D grid).
     """
@@ -895,6 +896,8 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
         configs = heuristics.reduction(group.numel, group.rnumel, element_size, axis)
     if not persistent:
         body += cg.index_lines + cg.body.lines
+    if any(isinstance(n.node, ScatterBuffer) and n.node.data.mode == "atomic_add" for n in group.nodes):
+        configs = configs[:1]  # autotuning runs a kernel many times: each run would add again
     signature = ", ".join(params + [f"{c}: dl.constexpr" for c in constexprs])
     source = "\n".join(["@dl.kernel", f"def {name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
     return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid))
