@@ -237,6 +237,19 @@ def test_dynamic_shapes(fn):
     assert not _externs() and counters["graphs_fallback"] == 0 and counters["graphs_compiled"] == 1
 
 
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_dynamic_upsample_to_another_tensors_size(mode):
+    """A U-Net's ``interpolate(x, size=skip.shape[-2:])``: under dynamic shapes the
+    scale is the SymFloat ``in / out`` of two size symbols, computed in the kernel."""
+    fn = lambda x, skip: F.interpolate(x, size=skip.shape[-2:], mode=mode) + skip  # noqa: E731
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
+    for (h, w), (big_h, big_w) in [((4, 5), (9, 11)), ((6, 3), (13, 7))]:
+        x, skip = torch.randn(2, 3, h, w), torch.randn(2, 3, big_h, big_w)
+        torch.testing.assert_close(compiled(x, skip), fn(x, skip))
+    counters = inductor_lite.counters
+    assert not _externs() and counters["graphs_fallback"] == 0 and counters["graphs_compiled"] == 1
+
+
 def test_training_step_of_a_small_cnn():
     """conv -> max_pool -> conv -> avg_pool -> adaptive pool: the gradients of every
     parameter match eager and no pooling op is an extern call."""

@@ -30,6 +30,8 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes
 
+from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, ToFloat
+
 from ..ir.indexing import Expr, as_expr
 from ..ir.nodes import GenericView, IRNode, Pointwise, StorageBox
 from ..ir.ops import ops
@@ -183,11 +185,50 @@ def loader(x: Any, out_size: Sequence[Expr], dtype: torch.dtype) -> Callable[[Se
     if isinstance(x, IRNode):
         inner, in_size, src = x.make_loader(), x.get_size(), x.get_dtype()
         return lambda index: cast(inner(broadcast_index(index, in_size, out_size)), src, dtype)
+    if isinstance(x, sympy.Expr) and x.has(*_FLOAT_FUNCTIONS):
+        if not _has_float_form(x):
+            raise NoLowering(f"symbolic float {x}")
+        return lambda index: cast(symbolic_float(x), torch.float64, dtype)
     if isinstance(x, sympy.Expr) and not x.is_number:
         return lambda index: cast(ops.index_expr(x, torch.int64), torch.int64, dtype)
     if isinstance(x, sympy.Expr):
         x = int(x) if x.is_integer else float(x)
     return lambda index: const(x, dtype)
+
+
+_FLOAT_FUNCTIONS = (IntTrueDiv, FloatTrueDiv, ToFloat)
+"""The sympy functions that make a SymFloat of size symbols."""
+
+
+def _has_float_form(expr: Expr) -> bool:
+    """Whether `symbolic_float` can compute ``expr``."""
+    if expr.is_integer or expr.is_number:
+        return True
+    return isinstance(expr, _FLOAT_FUNCTIONS + (sympy.Add, sympy.Mul)) and all(_has_float_form(a) for a in expr.args)
+
+
+def symbolic_float(expr: Expr):
+    """fp64 value of a SymFloat expression over size symbols (e.g. the ``in / out`` scale
+    of an upsample under dynamic shapes: ``IntTrueDiv(s0, s1)``), built from ops because
+    index expressions are integer. ``expr`` is numbers and integer expressions combined
+    by ``+``, ``*``, true division and ``ToFloat`` (`_has_float_form`).
+    """
+    if expr.is_integer:
+        return ops.to_dtype(int_value(expr), torch.float64)
+    if expr.is_number:
+        return ops.constant(float(expr), torch.float64)
+    if isinstance(expr, (IntTrueDiv, FloatTrueDiv)):
+        return ops.truediv(symbolic_float(expr.args[0]), symbolic_float(expr.args[1]))
+    if isinstance(expr, ToFloat):
+        return symbolic_float(expr.args[0])
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        combine = ops.add if isinstance(expr, sympy.Add) else ops.mul
+        values = [symbolic_float(a) for a in expr.args]
+        result = values[0]
+        for v in values[1:]:
+            result = combine(result, v)
+        return result
+    raise ValueError(f"symbolic float {expr}: {type(expr).__name__} has no ops form")
 
 
 def make_pointwise(ctx: LoweringContext, operands: Sequence[Any], fn: Callable[..., Any],
