@@ -44,7 +44,7 @@ from .fx_lowering.graph import GraphLowering, graph_constants
 from .fx_passes import run_passes
 from .logs import log_artifact
 from .runtime.cudagraphs import cudagraphify, uses_cudagraphs
-from .runtime.graph_cache import CachedGraph, default_graph_cache
+from .runtime.graph_cache import CachedGraph, default_graph_cache, shape_guard_count
 from .scheduler.scheduler import Scheduler
 
 log = logging.getLogger("inductor_lite")
@@ -198,8 +198,11 @@ def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode
         if entry.extern_ops:  # lowering logs each extern with its reason; a loaded graph was not lowered
             log_artifact("fallbacks", f"graph {name} (from the graph cache): extern calls {entry.extern_ops}")
     else:
+        guards = shape_guard_count()
         entry, call = _lower(gm, graph_id, kind, name)
-        if key:
+        if key and shape_guard_count() != guards:
+            cache.bypass(name, "lowering added a shape guard, which a loaded graph would not add")
+        elif key:
             cache.put(key, entry)
     counters["kernels_generated"] += len(entry.kernels)
     for op, n in entry.extern_ops.items():

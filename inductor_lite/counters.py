@@ -13,8 +13,8 @@
 - ``graph_cache_hits``, ``graph_cache_misses``: compiled graphs loaded from the on-disk
   graph cache (`runtime.graph_cache`), or not found there and compiled;
 - ``graph_cache_corrupt``: graph cache entries that failed their checks (deleted,
-  counted as misses, rebuilt); ``graph_cache_bypasses``: graphs with no stable key,
-  compiled without the cache;
+  counted as misses, rebuilt); ``graph_cache_bypasses``: graphs with no stable key, or
+  whose lowering added a shape guard, compiled without the cache;
 - ``autotune_runs``: tuning keys decided by timing (not from the disk cache).
 - ``pass.<name>``: rewrites made by each graph pass (`fx_passes`), e.g.
   ``pass.fuse_attention``;

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import inductor_lite
+from inductor_lite import backend as backend_module
 from inductor_lite.config import config
 from inductor_lite.counters import counters
 from inductor_lite.runtime import graph_cache
@@ -147,6 +148,19 @@ def test_dynamic_shapes_hit_for_another_size():
     compile_and_check(scaled_softmax, *inputs(rows=6), dynamic=True)
     compile_and_check(scaled_softmax, *inputs(rows=13), dynamic=True)
     assert outcome() == {"graph_cache_hits": 1, "graph_cache_misses": 1, "graph_cache_corrupt": 0}
+
+
+def test_a_compile_that_adds_a_shape_guard_is_not_stored(monkeypatch):
+    lower = backend_module._lower
+
+    def lower_with_a_guard(gm, *args):
+        size = next(n.meta["val"] for n in gm.graph.nodes if isinstance(n.meta.get("val"), torch.SymInt))
+        assert size > 2  # a SymInt comparison: the shape environment records a guard
+        return lower(gm, *args)
+
+    monkeypatch.setattr(backend_module, "_lower", lower_with_a_guard)
+    compile_and_check(scaled_softmax, *inputs(rows=6), dynamic=True)
+    assert counters["graph_cache_bypasses"] == 1 and entries() == []
 
 
 def test_a_config_change_invalidates_and_logging_does_not():

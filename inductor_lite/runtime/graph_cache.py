@@ -21,10 +21,12 @@ The key (`graph_key`, a sha256) covers everything the generated code depends on:
 - every toolchain version (`toolchain`): inductor_lite's version and a hash of its
   source files, torch, sympy, networkx, llvmlite and Python.
 
-Guards: lowering never asks the shape environment a question (it reasons with sympy,
+Guards: lowering does not ask the shape environment questions (it reasons with sympy,
 size symbols being positive integers), so a compile adds no guard, and the code is
 valid for every value of the symbols it was compiled for; the symbolic expressions in
-the key are the only shape facts it relies on. Size hints only steer the memory plan
+the key are the only shape facts it relies on. A loaded graph adds no guard either, so
+a compile that did add one (`shape_guard_count` grew while lowering) is not stored:
+Dynamo would not guard on it after a warm start. Size hints only steer the memory plan
 (which is valid for every size), so they are not in the key.
 
 AOTAutograd still runs on a warm start. torch's own AOTAutograd cache
@@ -64,7 +66,8 @@ equivalent entries and no lock is needed. A directory that cannot be created, re
 written turns the graph cache off with one warning.
 
 Counters: ``graph_cache_hits``, ``graph_cache_misses``, ``graph_cache_corrupt`` and
-``graph_cache_bypasses`` (graphs whose key cannot be computed; see `UncacheableGraph`).
+``graph_cache_bypasses`` (graphs whose key cannot be computed, see `UncacheableGraph`,
+or whose lowering added a shape guard).
 Each event is logged under the ``cache`` artifact.
 """
 
@@ -146,6 +149,13 @@ def toolchain() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = "not installed"
     return versions
+
+
+def shape_guard_count() -> int:
+    """The number of guards in the shape environment of the graph being compiled (0
+    without one)."""
+    shape_env = getattr(torch._guards.detect_fake_mode(), "shape_env", None)
+    return len(shape_env.guards) if shape_env is not None else 0
 
 
 def graph_key(gm: torch.fx.GraphModule) -> str:
@@ -321,8 +331,7 @@ class GraphCache:
         try:
             return graph_key(gm)
         except UncacheableGraph as e:
-            counters["graph_cache_bypasses"] += 1
-            log_artifact("cache", f"graph {name}: not cached: {e}")
+            self.bypass(name, str(e))
             return None
 
     def path(self, key: str) -> str:
@@ -361,6 +370,11 @@ class GraphCache:
         counters["graph_cache_hits"] += 1
         log_artifact("cache", f"graph {name}: graph cache hit {key[:16]}")
         return loaded
+
+    def bypass(self, name: str, reason: str) -> None:
+        """Count (``graph_cache_bypasses``) and log a graph compiled without the cache."""
+        counters["graph_cache_bypasses"] += 1
+        log_artifact("cache", f"graph {name}: not cached: {reason}")
 
     def put(self, key: str, graph: CachedGraph) -> None:
         """Store ``graph`` under ``key`` atomically (no-op when the cache is off)."""
