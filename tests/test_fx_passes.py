@@ -122,6 +122,29 @@ def test_attention_on_projection_views():
     torch.testing.assert_close(out.double(), _reference(projected_attention, x, w, mask), **TOL[torch.float32])
 
 
+def viewed_output(x):
+    # q, k, v in (B, L, H, E) memory; the fused output keeps that layout, so the view
+    # after it can no longer be a view of it
+    q = x.transpose(1, 2)
+    return sdpa_math(q, q * 2, q + 1).view(4, 8, 16) * 2
+
+
+def batched_3d(x):
+    # attention written over [B * H, L, E] tensors: the fused result is reshaped back
+    q, v = x.transpose(1, 2).reshape(4, 8, 16), (x + 1).transpose(1, 2).reshape(4, 8, 16)
+    probs = torch.softmax(torch.bmm(q, q.transpose(1, 2)) * 0.25, dim=-1)
+    return torch.bmm(probs, v) * 2
+
+
+@pytest.mark.parametrize("fn", [viewed_output, batched_3d])
+def test_attention_output_layout_followed(fn):
+    x = _rand(2, 8, 2, 16)
+    with torch.no_grad():
+        out = _compile(fn)(x)
+    assert counters["pass.fuse_attention"] == 1
+    torch.testing.assert_close(out.double(), _reference(fn, x), **TOL[torch.float32])
+
+
 def t5_attention(q, k, v, position_bias):
     """T5's attention: no scaling, a learned bias as the mask, softmax in fp32."""
     scores = torch.matmul(q, k.transpose(3, 2)) + position_bias

@@ -146,13 +146,29 @@ def _refresh_downstream(gm: torch.fx.GraphModule, start: torch.fx.Node) -> None:
     node = start.next
     while node.op != "root":
         if node.op == "call_function" and any(i in changed for i in node.all_input_nodes):
-            args, kwargs = pytree.tree_map(val, (node.args, node.kwargs))
-            with fake_mode:
-                result = node.target(*args, **kwargs)
+            result = _fake_run(fake_mode, node)
             if not _same_meta(result, node.meta.get("val")):
                 node.meta["val"] = result
                 changed.add(node)
         node = node.next
+
+
+def _fake_run(fake_mode, node: torch.fx.Node) -> Any:
+    """``node``'s op on its inputs' fake values. A ``view`` that the new strides no longer
+    allow reads a contiguous copy instead (as AOTAutograd writes a ``reshape``)."""
+    args, kwargs = pytree.tree_map(val, (node.args, node.kwargs))
+    with fake_mode:
+        try:
+            return node.target(*args, **kwargs)
+        except (RuntimeError, ValueError):
+            if node.target not in (aten.view.default, aten._unsafe_view.default):
+                raise
+    copy = GraphBuilder(node.graph.owning_module, node).call(
+        aten.clone.default, node.args[0], memory_format=torch.contiguous_format)
+    node.replace_input_with(node.args[0], copy)
+    args, kwargs = pytree.tree_map(val, (node.args, node.kwargs))
+    with fake_mode:
+        return node.target(*args, **kwargs)
 
 
 def _same_meta(a: Any, b: Any) -> bool:

@@ -428,8 +428,9 @@ def _emit(gm: torch.fx.GraphModule, match: _Match) -> Optional[torch.fx.Node]:
         result = build.call(aten.scaled_dot_product_attention.default, match.q, match.k, match.v,
                             attn_mask=mask, dropout_p=0.0, is_causal=False, scale=match.scale)
         _set_fused_layout(build, result)
-    if reshape:
-        result = build.call(aten.reshape.default, result, list(out.shape))
+    if reshape:  # the fused output may not be viewable as [B * H, L, Ev]
+        result = build.call(aten.clone.default, result, memory_format=torch.contiguous_format)
+        result = build.call(aten.view.default, result, list(out.shape))
     return result
 
 
