@@ -5,8 +5,8 @@ call of the op); nearest and bilinear upsampling reach us decomposed into
 ``_unsafe_index`` gathers, and their backwards into accumulating ``_unsafe_index_put``
 scatters, also our own kernels. Inputs are fresh random tensors
 (fp32 and bf16, odd sizes, padding, ``ceil_mode``, strides unlike the kernel,
-channels-last and transposed inputs). Every test runs on CPU (the DSL interpreter)
-and, marked `gpu`, on CUDA.
+channels-last and transposed inputs), into poisoned output buffers. Every test runs
+on CPU (the DSL interpreter) and, marked `gpu`, on CUDA.
 """
 
 import pytest
@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import inductor_lite
+from inductor_lite.codegen import runtime_helpers
 from inductor_lite.config import config
 
 TOLERANCES = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
@@ -26,12 +27,21 @@ def device(request):
 
 
 @pytest.fixture(autouse=True)
-def fresh():
+def fresh(monkeypatch):
+    """Counters reset, no eager fallback, and every buffer the generated code allocates
+    starts as NaN (floats) or -77, so an element no kernel writes shows."""
+    for name in ("empty_strided_cpu", "empty_strided_cuda"):
+        allocate = getattr(runtime_helpers, name)
+        monkeypatch.setattr(runtime_helpers, name, lambda *a, _allocate=allocate, **k: _poison(_allocate(*a, **k)))
     torch._dynamo.reset()
     inductor_lite.reset_counters()
     with config.patch(fallback_on_error=False):
         yield
     torch._dynamo.reset()
+
+
+def _poison(t: torch.Tensor) -> torch.Tensor:
+    return t.fill_(float("nan") if t.dtype.is_floating_point else True if t.dtype == torch.bool else -77)
 
 
 def _tuple(x):
