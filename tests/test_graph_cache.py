@@ -18,6 +18,7 @@ import torch
 
 import inductor_lite
 from inductor_lite import backend as backend_module
+from inductor_lite.codegen import runtime_helpers
 from inductor_lite.config import config
 from inductor_lite.counters import counters
 from inductor_lite.runtime import graph_cache
@@ -27,12 +28,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True)
-def fresh():
+def fresh(monkeypatch):
     torch._dynamo.reset()
     inductor_lite.reset_counters()
+    # allocations of generated code start poisoned (NaN), so an element a loaded graph fails to write shows
+    empty = runtime_helpers.empty_strided_cpu
+    monkeypatch.setattr(runtime_helpers, "empty_strided_cpu", lambda *a: poison(empty(*a)))
     with config.patch(fallback_on_error=False, disable_cache=False):
         yield
     torch._dynamo.reset()
+
+
+def poison(t):
+    return t.fill_(float("nan") if t.dtype.is_floating_point else True if t.dtype == torch.bool else -77)
 
 
 def scaled_softmax(x, w):

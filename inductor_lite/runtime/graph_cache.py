@@ -24,10 +24,10 @@ The key (`graph_key`, a sha256) covers everything the generated code depends on:
 Guards: lowering does not ask the shape environment questions (it reasons with sympy,
 size symbols being positive integers), so a compile adds no guard, and the code is
 valid for every value of the symbols it was compiled for; the symbolic expressions in
-the key are the only shape facts it relies on. A loaded graph adds no guard either, so
-a compile that did add one (`shape_guard_count` grew while lowering) is not stored:
-Dynamo would not guard on it after a warm start. Size hints only steer the memory plan
-(which is valid for every size), so they are not in the key.
+the key are the only shape facts it relies on. As a safety net, a compile that did add
+a guard (`shape_guard_count` grew while lowering) is not stored, since a loaded graph
+would not add it and Dynamo would not guard on it after a warm start. Size hints only
+steer the memory plan (which is valid for every size), so they are not in the key.
 
 AOTAutograd still runs on a warm start. torch's own AOTAutograd cache
 (``torch._functorch._aot_autograd.autograd_cache``) is not used, because:
@@ -59,16 +59,17 @@ File format (``<cache_dir>/graphs/<key>.ilgraph``)::
 
 A file that fails any check (checksum, magic, JSON, format version, key, field types),
 or whose source fails to load, is deleted, counted in ``graph_cache_corrupt`` and
-treated as a miss, so the graph is compiled again and the entry rewritten. Writes go to a temp file in the same
-directory, fsynced, then ``os.replace``d over the final name, so a reader sees a whole
-entry or none; entries are content-addressed, so concurrent writers of one key write
-equivalent entries and no lock is needed. A directory that cannot be created, read or
-written turns the graph cache off with one warning.
+treated as a miss, so the graph is compiled again and the entry rewritten. Writes go
+to a temp file in the same directory, fsynced, then ``os.replace``d over the final
+name, so a reader sees a whole entry or none; entries are content-addressed, so
+concurrent writers of one key write equivalent entries and no lock is needed. A
+directory that cannot be created, read or written turns the graph cache off with one
+warning.
 
 Counters: ``graph_cache_hits``, ``graph_cache_misses``, ``graph_cache_corrupt`` and
 ``graph_cache_bypasses`` (graphs whose key cannot be computed, see `UncacheableGraph`,
-or whose lowering added a shape guard).
-Each event is logged under the ``cache`` artifact.
+or whose lowering added a shape guard). Each event is logged under the ``cache``
+artifact.
 """
 
 from __future__ import annotations
