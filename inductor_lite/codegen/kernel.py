@@ -44,6 +44,11 @@ simplified over ``xindex in [0, xnumel)``, ``rindex in [0, rnumel)`` and printed
 Index math is int64 when any index or the domain may reach 2**31 (always for symbolic
 sizes), int32 otherwise.
 
+A scatter (`ir.nodes.ScatterBuffer`) has a 1-D kernel of its own over its source's
+elements: it loads its indices, stops the launch where one is out of range
+(``dl.device_assert``) and stores its values through them, or adds them with a block
+``dl.atomic_add`` where indices may repeat.
+
 Values of fp16/bf16 are computed in fp32 (the lowering converts), so operands of one
 op always have one dtype; Python number literals take their partner's dtype in the
 DSL, and an op on literals alone materialises one with ``dl.full([], v, dtype)``.
