@@ -3,6 +3,7 @@ pattern (counters), keeps the values of eager, and stays away where it must."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 
@@ -64,8 +65,9 @@ def _qkv(b=2, h=3, lq=8, lk=8, e=16, dtype=torch.float32, requires_grad=False):
 
 
 def _reference(fn, *args):
-    """``fn`` in fp64 on fp64 copies of the arguments."""
-    return fn(*(a.detach().double() if isinstance(a, torch.Tensor) else a for a in args))
+    """``fn`` in fp64 on fp64 copies of the floating arguments (on CPU)."""
+    return fn(*(a.detach().cpu().double() if isinstance(a, torch.Tensor) and a.is_floating_point()
+                else a.cpu() if isinstance(a, torch.Tensor) else a for a in args))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -79,6 +81,18 @@ def test_attention_math_is_fused(dtype):
     assert not any(key.startswith("extern.aten.bmm") for key in counters)
     assert out.dtype == dtype
     torch.testing.assert_close(out.double(), _reference(sdpa_math, q, k, v, mask, 0.3), **TOL[dtype])
+
+
+def test_attention_cuda_emission_on_cpu(monkeypatch):
+    # the CUDA form (the composite op, torch picks the kernel at run time), run on CPU
+    fuse = importlib.import_module("inductor_lite.fx_passes.fuse_attention")
+    monkeypatch.setitem(fuse.FUSED_CALLS, "cpu", fuse.FUSED_CALLS["cuda"])
+    x, w, mask = _rand(2, 16, 32), _rand(32, 96) / math.sqrt(32), _rand(2, 1, 16, 16)
+    with torch.no_grad():
+        out = _compile(projected_attention)(x, w, mask)
+    assert counters["pass.fuse_attention"] == 1
+    assert counters["extern.aten.scaled_dot_product_attention.default"] == 1
+    torch.testing.assert_close(out.double(), _reference(projected_attention, x, w, mask), **TOL[torch.float32])
 
 
 def test_attention_upcast_runs_in_low_precision():
@@ -397,7 +411,30 @@ def test_gpu_attention_upcast_math_fused(dtype):
         out = _compile(sdpa_math_upcast)(q, k, v, mask)
     assert counters["pass.fuse_attention"] == 1
     assert counters["extern.aten.scaled_dot_product_attention.default"] == 1
-    torch.testing.assert_close(out.double(), _reference(sdpa_math, q, k, v, mask), **TOL[torch.bfloat16])
+    torch.testing.assert_close(out.cpu().double(), _reference(sdpa_math, q, k, v, mask), **TOL[torch.bfloat16])
+
+
+def hf_sdpa_attention(q, k, v, padding):
+    """HF BERT's attention under torch.compile: F.scaled_dot_product_attention with the
+    padding mask expanded to a [B, 1, L, S] bool mask."""
+    b, _, length, _ = q.shape
+    mask = padding[:, None, None, :].expand(b, 1, length, length)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=q.shape[-1] ** -0.5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_bert_attention_runs_fused():
+    # issue 20: on an H100 this reached the aten graph as SDPA's math form (fp32 bmm);
+    # either AOTAutograd keeps a fused op or fuse_attention restores one
+    q, k, v = (t.cuda() for t in _qkv(b=4, h=12, lq=128, lk=128, e=64, dtype=torch.bfloat16))
+    padding = torch.ones(4, 128, dtype=torch.bool, device="cuda")
+    padding[1, 100:] = False
+    with torch.no_grad():
+        out = _compile(hf_sdpa_attention)(q, k, v, padding)
+    assert counters["extern.aten.bmm.default"] == 0
+    expected = _reference(hf_sdpa_attention, q, k, v, padding)
+    torch.testing.assert_close(out.cpu().double(), expected, **TOL[torch.bfloat16])
 
 
 @pytest.mark.gpu

@@ -407,7 +407,7 @@ def _emit(gm: torch.fx.GraphModule, match: _Match) -> Optional[torch.fx.Node]:
     when no fused op applies."""
     q = tensor_val(match.q)
     out = tensor_val(match.output)
-    if q.device.type not in ("cpu", "cuda") or (q.device.type == "cpu" and q.dtype not in _CPU_DTYPES):
+    if q.device.type not in FUSED_CALLS or (q.device.type == "cpu" and q.dtype not in _CPU_DTYPES):
         return None
     reshape = not same_sizes(out.shape, (*q.shape[:3], tensor_val(match.v).shape[3]))
     if reshape and not is_concrete(out):
@@ -420,24 +420,32 @@ def _emit(gm: torch.fx.GraphModule, match: _Match) -> Optional[torch.fx.Node]:
         # the fused ops take 2-D or 4-D masks that broadcast to [B, H, L, S]
         while tensor_val(mask).dim() not in (2, 4):
             mask = build.call(aten.unsqueeze.default, mask, 0)
-    if q.device.type == "cpu":
-        fused = build.call(aten._scaled_dot_product_flash_attention_for_cpu.default, match.q, match.k, match.v,
-                           0.0, False, attn_mask=mask, scale=match.scale)
-        result = build.call(operator.getitem, fused, 0)
-    else:
-        result = build.call(aten.scaled_dot_product_attention.default, match.q, match.k, match.v,
-                            attn_mask=mask, dropout_p=0.0, is_causal=False, scale=match.scale)
-        _set_fused_layout(build, result)
+    result = FUSED_CALLS[q.device.type](build, match, mask)
     if reshape:  # the fused output may not be viewable as [B * H, L, Ev]
         result = build.call(aten.clone.default, result, memory_format=torch.contiguous_format)
         result = build.call(aten.view.default, result, list(out.shape))
     return result
 
 
-def _set_fused_layout(build: GraphBuilder, node: torch.fx.Node) -> None:
-    """Give the CUDA call's fake output the fused kernels' layout: ``(B, L, H, E)``
-    memory seen as ``(B, H, L, E)`` (the wrapper copies if the run-time pick differs)."""
-    b, h, l, e = node.meta["val"].shape
+def _cpu_call(build: GraphBuilder, match: _Match, mask: Optional[torch.fx.Node]) -> torch.fx.Node:
+    fused = build.call(aten._scaled_dot_product_flash_attention_for_cpu.default, match.q, match.k, match.v,
+                       0.0, False, attn_mask=mask, scale=match.scale)
+    return build.call(operator.getitem, fused, 0)
+
+
+def _cuda_call(build: GraphBuilder, match: _Match, mask: Optional[torch.fx.Node]) -> torch.fx.Node:
+    """The composite op, and a fake output with the fused kernels' layout: ``(B, L, H, E)``
+    memory seen as ``(B, H, L, E)`` (the wrapper copies where the run-time pick differs)."""
+    node = build.call(aten.scaled_dot_product_attention.default, match.q, match.k, match.v,
+                      attn_mask=mask, dropout_p=0.0, is_causal=False, scale=match.scale)
+    fake = node.meta["val"]
+    b, h, l, e = fake.shape
     with build.fake_mode:
-        node.meta["val"] = torch.empty_strided((b, h, l, e), (l * h * e, e, h * e, 1),
-                                               dtype=node.meta["val"].dtype, device=node.meta["val"].device)
+        node.meta["val"] = torch.empty_strided((b, h, l, e), (l * h * e, e, h * e, 1), dtype=fake.dtype,
+                                               device=fake.device)
+    return node
+
+
+FUSED_CALLS = {"cpu": _cpu_call, "cuda": _cuda_call}
+"""Per device type, how the matched attention is emitted: ``(builder, match, mask) ->
+output node``."""
