@@ -287,9 +287,13 @@ def test_addmm_split_fuses_bias_into_consumer(dtype):
     with torch.no_grad():
         out = _compile(model)(x)
         expected = model.double()(x.double())
-    assert counters["pass.split_addmm"] == 1
-    assert counters["extern.aten.mm.default"] == 1 and counters["extern.aten.addmm.default"] == 0
-    assert counters["kernels_generated"] == 1  # bias add + gelu + mul in one kernel
+    if dtype == torch.float32:
+        assert counters["pass.split_addmm"] == 1
+        assert counters["extern.aten.mm.default"] == 1 and counters["extern.aten.addmm.default"] == 0
+    else:  # kept whole in half precision: no rounding between the GEMM and the bias add
+        assert counters["pass.split_addmm"] == 0
+        assert counters["extern.aten.addmm.default"] == 1
+    assert counters["kernels_generated"] == 1  # (bias add +) gelu + mul in one kernel
     torch.testing.assert_close(out.double(), expected, **TOL[dtype])
 
 

@@ -130,6 +130,16 @@ def test_index_put_stores_distinct_indices(device, dtype):
     check(lambda x, i: torch.index_put(x, (i,), torch.tensor(1).to(dtype)), x, torch.randperm(7)[:5] - 7, exact=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_of_one_value_under_a_mask_is_a_where(device, dtype, accumulate):
+    # x[mask] = v (+= v): one pointwise kernel, no data-dependent positions
+    x, mask = rand(4, 5, 3, dtype=torch.float32).to(dtype), torch.rand(4, 5) > 0.5
+    fn = lambda x, m, v: torch.index_put(x, (m,), v, accumulate=accumulate)  # noqa: E731
+    check(fn, x, mask, torch.tensor(7).to(dtype), kernels=1, exact=True)
+    check(fn, x, mask[:, 0], torch.tensor([2]).to(dtype), exact=True)  # a mask over dimension 0 only
+
+
 def test_index_put_with_a_dimension_taken_whole_and_apart_indices(device):
     x = rand(4, 5, 6)
     # x[:, i] += v: the index shape replaces dimension 1
@@ -194,7 +204,7 @@ def test_out_of_range_index_raises_and_writes_nothing_outside():
 @pytest.mark.parametrize("fn, args", [
     (lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True),
      (torch.zeros(4, dtype=torch.int16), torch.tensor([1, 1]), torch.ones(2, dtype=torch.int16))),
-    (lambda x, i: torch.index_put(x, (i,), torch.tensor(1.0)), (torch.zeros(4), torch.tensor([True, False] * 2))),
+    (lambda x, m, v: torch.index_put(x, (m,), v), (torch.zeros(4), torch.tensor([True, False] * 2), torch.ones(2))),
     (lambda x, i, s: x.scatter_reduce(0, i, s, "amax"), (torch.zeros(4), torch.tensor([1, 1, 0]), torch.ones(3))),
 ])
 def test_what_has_no_kernel_stays_extern(fn, args):

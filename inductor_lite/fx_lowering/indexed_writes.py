@@ -16,7 +16,8 @@ fp32 target that a third kernel rounds to the output dtype (the decomposition of
 ``embedding_dense_backward`` computes in fp32 too); other dtypes stay extern, and so
 does every atomic under ``torch.use_deterministic_algorithms`` (atomic order varies),
 as in TorchInductor. ``scatter_reduce`` other than ``"sum"``, ``reduce="multiply"``,
-bool masks in ``index_put`` and ``scale_grad_by_freq`` stay extern too.
+bool masks in ``index_put`` (but for one mask and one value: ``x[mask] = v`` is a
+pointwise ``where``) and ``scale_grad_by_freq`` stay extern too.
 
 Bounds: an index outside its dimension stops the scatter kernel (``dl.device_assert``:
 an ``AssertionError`` on CPU, a trap on the GPU, where eager raises a device-side
@@ -30,7 +31,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..ir.indexing import Expr
+from ..ir.indexing import Expr, product
 from ..ir.nodes import ComputedBuffer, IRNode, Scatter, ScatterBuffer, StorageBox
 from ..ir.ops import ops
 from .indexing_ops import _broadcast_sizes
@@ -177,8 +178,11 @@ def _lower_index_put(ctx, x, indices: Sequence[Optional[IRNode]], values, accumu
     """``out = x.clone(); out[indices] = values`` (``+=`` with ``accumulate``): advanced
     indexing as `indexing_ops` reads it (index tensors broadcast to one shape ``B``,
     which replaces the indexed dimensions where they are adjacent and comes first
-    otherwise); ``values`` broadcast to the shape of ``x[indices]``."""
+    otherwise); ``values`` broadcast to the shape of ``x[indices]``. One bool mask
+    with one value (``x[mask] = v``) is a `_masked_fill`."""
     x_size = x.get_size()
+    if _is_mask_fill(indices, values):
+        return _masked_fill(ctx, x, indices[0], values, accumulate)
     dims = [d for d, t in enumerate(indices) if t is not None]
     if not x_size or not dims or len(indices) > len(x_size):
         raise NoLowering("index_put of a 0-d tensor, without index tensors, or with more of them than dimensions")
@@ -208,6 +212,29 @@ def _lower_index_put(ctx, x, indices: Sequence[Optional[IRNode]], values, accumu
     mode = "atomic_add" if accumulate else None
     return _result(ctx, _scatter(ctx, target, ranges, value, output_indexer, mode,
                                  [values] + [indices[d] for d in dims]))
+
+
+def _is_mask_fill(indices: Sequence[Optional[IRNode]], values) -> bool:
+    return (len(indices) == 1 and indices[0] is not None and indices[0].get_dtype() == torch.bool
+            and isinstance(values, IRNode) and product(values.get_size()) == 1)
+
+
+def _masked_fill(ctx, x: IRNode, mask: IRNode, value: IRNode, accumulate: bool) -> StorageBox:
+    """``x[mask] = value`` (``+=`` with ``accumulate``) for a bool ``mask`` over the
+    leading dimensions of ``x`` and a one-element ``value``: a pointwise
+    ``where``, no data-dependent positions (TorchInductor's ``index_put_as_masked_fill``)."""
+    rank, dtype = len(mask.get_size()), ctx.out_dtype
+    load_x, load_mask = x.make_loader(), mask.make_loader()
+    load_value, value_rank = value.make_loader(), len(value.get_size())
+
+    def inner_fn(idx):
+        base = cast(load_x(idx), x.get_dtype(), dtype)
+        new = cast(load_value([0] * value_rank), value.get_dtype(), dtype)
+        if accumulate:
+            new = ops.logical_or(base, new) if dtype == torch.bool else ops.add(base, new)
+        return ops.where(load_mask(idx[:rank]), new, base)
+
+    return ctx.pointwise(inner_fn, [x, mask, value])
 
 
 @register_lowering(aten.embedding_dense_backward.default)

@@ -9,16 +9,17 @@ error leaves the graph as it was. For each pass that rewrote something, the driv
 - adds the number to ``counters["pass.<name>"]`` (e.g. ``pass.fuse_attention``),
 - logs one line under the ``passes`` artifact (``INDUCTOR_LITE_LOGS=passes``),
 
-and at the end removes dead nodes and recompiles the module, so ``gm.forward`` (the
-eager fallback) runs the rewritten graph too.
+removes the nodes the rewrite left dead (so the next pass does not match them), and at
+the end recompiles the module, so ``gm.forward`` (the eager fallback) runs the
+rewritten graph too.
 
 The passes, in order:
 
 1. `fuse_attention.fuse_attention`: SDPA's math decomposition back into one fused
    attention call.
 2. `pad_mm.pad_mm`: GEMMs with a dimension off the tensor-core alignment padded (CUDA).
-3. `split_addmm.split_addmm`: ``addmm`` followed only by pointwise ops becomes ``mm``
-   plus a bias add that fuses into the consumer's kernel.
+3. `split_addmm.split_addmm`: an fp32 ``addmm`` followed only by pointwise ops becomes
+   ``mm`` plus a bias add that fuses into the consumer's kernel.
 
 Padding runs before the split so that a padded ``addmm`` is split like any other.
 """
@@ -58,8 +59,8 @@ def run_passes(gm: torch.fx.GraphModule, graph_name: str) -> dict[str, int]:
             fired[name] = n
             counters[f"pass.{name}"] += n
             log_artifact("passes", f"{graph_name}: {name} rewrote {n} pattern(s)")
+            gm.graph.eliminate_dead_code()
     if fired:
-        gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return fired

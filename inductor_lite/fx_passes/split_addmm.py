@@ -10,9 +10,9 @@ views, is a pointwise op.
 
 Fires when ``beta`` and ``alpha`` are 1, and every use of the output is an op tagged
 ``torch.Tag.pointwise`` (through views, slices and ``getitem``). A graph output or any
-other use keeps the ``addmm``: there the bias add would be a kernel of its own. In
-fp16/bf16 the result is rounded once more (after the GEMM, before the bias add), an
-error within the dtype's tolerance.
+other use keeps the ``addmm``: there the bias add would be a kernel of its own. So does
+an fp16/bf16 ``addmm``, as in Inductor (``keep_addmm_fused_for_half_dtypes``): split,
+the GEMM's result would be rounded to 8 or 11 bits before the bias is added.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ def split_addmm(gm: torch.fx.GraphModule) -> int:
         if not is_call(node, aten.addmm.default) or not node.users:
             continue
         if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1 or len(node.args) != 3:
+            continue
+        if node.meta["val"].dtype in (torch.float16, torch.bfloat16):
             continue
         if not all(_pointwise_use(user) for user in node.users):
             continue
