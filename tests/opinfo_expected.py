@@ -31,7 +31,20 @@ UNDEFINED_VALUES = frozenset({"empty", "empty_like", "empty_permuted", "empty_st
                               "new_empty_strided"})
 """Ops whose outputs hold uninitialised memory: values are not compared."""
 
+_MARGIN_LOSS_0D = ("a 0-d input with reduction='none' gives shape [1] where eager gives []: torch's own "
+                   "decomposition of the op does (backend='aot_eager' too)")
+_RESAMPLE = ("torch's decomposition of upsample_{mode}2d computes source coordinates and weights in another order "
+             "than ATen's CPU kernel: on the 345x456 -> 270x270 reference input, 0.3% of outputs miss eager by "
+             "up to 3e-4 (fp32 allows 1e-5 + 1.3e-6 relative); backend='aot_eager' misses by 6e-5 too")
 XFAIL: dict[tuple[str, str], str] = {
+    ("nn.functional.multi_margin_loss", "reference"): _MARGIN_LOSS_0D,
+    ("nn.functional.multilabel_margin_loss", "reference"): _MARGIN_LOSS_0D,
+    ("nn.functional.interpolate.bilinear", "reference"): _RESAMPLE.format(mode="bilinear"),
+    ("nn.functional.interpolate.bicubic", "reference"): _RESAMPLE.format(mode="bicubic"),
+    ("nn.functional.group_norm", "dynamic"): (
+        "LoweringError: the decomposition's as_strided over a computed buffer with symbolic sizes; "
+        "fx_lowering/views.py's as_strided cannot prove the buffer's layout is eager's and raises "
+        "NotImplementedError instead of falling back to an extern"),
     ("logcumsumexp", "backward"): (
         "ill-conditioned sample: the gradient is exp(a) - exp(b) of two nearly equal reverse logcumsumexps "
         "in fp32; ours and eager's (CPU eager accumulates in fp64) are each about 4e-3 from the fp64 "
