@@ -136,6 +136,7 @@ UNARY = {
     "bessel_y0": (torch.special.bessel_y0, (-1, 30), [1e-30, 0.893577]),
     "bessel_y1": (torch.special.bessel_y1, (-1, 30), [1e-30, 2.197141]),
     "special_erfcx": (torch.special.erfcx, (-5, 30), [1e10, -10.0, -30.0]),
+    "special_ndtri": (torch.special.ndtri, (0, 1), [1.0, 1e-30, 1e-7, 0.9999999, 1.5, -0.5]),
     "sinc": (torch.sinc, (-5, 5), [1.0, 2.0, -3.0, 1e-30]),
     "signbit": (torch.signbit, (-5, 5), [NAN * -1.0]),
     "rad2deg": (torch.rad2deg, (-10, 10), []),
@@ -161,7 +162,7 @@ def test_unary_fp32(name):
 
 
 # eager has no bf16 CPU kernels for these
-NO_BF16 = {"special_erfcx", "special_log_ndtr", "modified_bessel_i0", "modified_bessel_i1", "bessel_j0", "bessel_j1",
+NO_BF16 = {"special_erfcx", "special_ndtri", "special_log_ndtr", "modified_bessel_i0", "modified_bessel_i1", "bessel_j0", "bessel_j1",
            "bessel_y0", "bessel_y1"}
 
 
@@ -392,7 +393,7 @@ def _all_math(x, y):
             torch.acosh(x), torch.atanh(x), torch.erfc(x), torch.erfinv(x), torch.lgamma(x), torch.digamma(x),
             torch.i0(x), torch.special.i1(x), torch.special.erfcx(x), torch.signbit(x), torch.hypot(x, y),
             torch.copysign(x, y), torch.fmax(x, y), torch.special.bessel_j0(x), torch.special.bessel_j1(x),
-            torch.special.bessel_y0(x), torch.special.bessel_y1(x))
+            torch.special.bessel_y0(x), torch.special.bessel_y1(x), torch.special.ndtri(x))
 
 
 def _fp64_math(x, y):

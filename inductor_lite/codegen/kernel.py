@@ -735,7 +735,7 @@ _MATH_FNS = {name: name for name in (
     "cos", "tan", "floor", "ceil", "trunc", "round", "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh",
     "atanh", "erfc", "erfcx", "erfinv", "lgamma",
 )} | {"i0": "cyl_bessel_i0", "i1": "cyl_bessel_i1", "bessel_j0": "j0", "bessel_j1": "j1", "bessel_y0": "y0",
-     "bessel_y1": "y1"}
+     "bessel_y1": "y1", "ndtri": "normcdfinv"}
 
 
 def _combine_function(name: str, combine_fn: Callable, dtypes: Sequence[torch.dtype],

@@ -32,10 +32,11 @@ __all__ = [
 # libdevice math beyond the basics (Triton's ``tl.math``/libdevice names)
 from .language import (  # noqa: E402
     acos, acosh, asin, asinh, atan, atanh, copysign, cosh, cyl_bessel_i0, cyl_bessel_i1, erfc, erfcx, erfinv,
-    hypot, j0, j1, lgamma, nextafter, signbit, sinh, y0, y1,
+    hypot, j0, j1, lgamma, nextafter, normcdfinv, signbit, sinh, y0, y1,
 )
 
 __all__ += [
     "acos", "acosh", "asin", "asinh", "atan", "atanh", "copysign", "cosh", "cyl_bessel_i0", "cyl_bessel_i1",
-    "erfc", "erfcx", "erfinv", "hypot", "j0", "j1", "lgamma", "nextafter", "signbit", "sinh", "y0", "y1",
+    "erfc", "erfcx", "erfinv", "hypot", "j0", "j1", "lgamma", "nextafter", "normcdfinv", "signbit", "sinh", "y0",
+    "y1",
 ]

@@ -87,7 +87,7 @@ _CMPOPS: dict[type, tuple[Optional[str], Callable]] = {
 _MATH1 = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "abs", "sin", "cos",
           "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "isnan", "isinf",
           "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfcx", "erfinv",
-          "lgamma", "cyl_bessel_i0", "cyl_bessel_i1", "j0", "j1", "y0", "y1", "signbit")
+          "normcdfinv", "lgamma", "cyl_bessel_i0", "cyl_bessel_i1", "j0", "j1", "y0", "y1", "signbit")
 _MATH2 = ("pow", "atan2", "fmod", "fast_dividef", "hypot", "copysign", "nextafter")
 
 

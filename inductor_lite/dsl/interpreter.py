@@ -58,7 +58,8 @@ _UNARY = {
     "isnan": torch.isnan, "isinf": torch.isinf,
     "acos": torch.acos, "asin": torch.asin, "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh,
     "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh, "erfc": torch.erfc,
-    "erfcx": torch.special.erfcx, "erfinv": torch.erfinv, "lgamma": torch.lgamma, "cyl_bessel_i0": torch.i0,
+    "erfcx": torch.special.erfcx, "erfinv": torch.erfinv, "normcdfinv": torch.special.ndtri,
+    "lgamma": torch.lgamma, "cyl_bessel_i0": torch.i0,
     "cyl_bessel_i1": torch.special.i1, "j0": torch.special.bessel_j0, "j1": torch.special.bessel_j1,
     "y0": torch.special.bessel_y0, "y1": torch.special.bessel_y1, "signbit": torch.signbit,
 }

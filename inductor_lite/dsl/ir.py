@@ -141,8 +141,8 @@ MATH_FNS = (
     "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "floor", "ceil",
     "round", "trunc", "pow", "atan2", "fmod", "fast_dividef", "isnan", "isinf",
     "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfcx",
-    "erfinv", "lgamma", "cyl_bessel_i0", "cyl_bessel_i1", "j0", "j1", "y0", "y1", "signbit", "hypot",
-    "copysign", "nextafter",
+    "erfinv", "normcdfinv", "lgamma", "cyl_bessel_i0", "cyl_bessel_i1", "j0", "j1", "y0", "y1",
+    "signbit", "hypot", "copysign", "nextafter",
 )
 REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
 CLUSTER_SIZES = (2, 4, 8)

@@ -234,6 +234,8 @@ atanh = _math_stub("atanh", "Inverse hyperbolic tangent; +-inf at +-1, NaN outsi
 erfc = _math_stub("erfc", "1 - erf(x), accurate where erf(x) is near 1.")
 erfcx = _math_stub("erfcx", "Scaled complementary error function exp(x**2) * erfc(x).")
 erfinv = _math_stub("erfinv", "Inverse error function; +-inf at +-1, NaN outside [-1, 1].")
+normcdfinv = _math_stub("normcdfinv", "Inverse of the standard normal CDF (torch.special.ndtri); -inf at 0, "
+                                       "+inf at 1, NaN outside [0, 1].")
 lgamma = _math_stub("lgamma", "log(|gamma(x)|); +inf at the poles 0, -1, -2, ...")
 cyl_bessel_i0 = _math_stub("cyl_bessel_i0", "Modified Bessel function of the first kind, order 0 (torch.i0).")
 cyl_bessel_i1 = _math_stub("cyl_bessel_i1", "Modified Bessel function of the first kind, order 1 "

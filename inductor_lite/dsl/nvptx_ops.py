@@ -350,7 +350,8 @@ class ScalarCodegen:
                  "floor": "floor", "ceil": "ceil", "round": "rint", "trunc": "trunc", "pow": "pow",
                  "atan2": "atan2", "fmod": "fmod", "acos": "acos", "asin": "asin", "atan": "atan", "sinh": "sinh",
                  "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "erfc": "erfc",
-                 "erfcx": "erfcx", "erfinv": "erfinv", "lgamma": "lgamma", "cyl_bessel_i0": "cyl_bessel_i0",
+                 "erfcx": "erfcx", "erfinv": "erfinv", "normcdfinv": "normcdfinv", "lgamma": "lgamma",
+                 "cyl_bessel_i0": "cyl_bessel_i0",
                  "cyl_bessel_i1": "cyl_bessel_i1", "j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1",
                  "hypot": "hypot", "copysign": "copysign",
                  "nextafter": "nextafter"}

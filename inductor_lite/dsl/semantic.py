@@ -45,8 +45,8 @@ _ARITH = {"add", "sub", "mul", "truediv", "floordiv", "mod", "maximum", "minimum
 _INTEGER_ONLY = {"and", "or", "xor", "shl", "shr", "floordiv"}
 _FLOAT_FNS = {"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos",
               "tan", "tanh", "sigmoid", "erf", "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh",
-              "atanh", "erfc", "erfcx", "erfinv", "lgamma", "cyl_bessel_i0", "cyl_bessel_i1", "j0", "j1",
-              "y0", "y1"}
+              "atanh", "erfc", "erfcx", "erfinv", "normcdfinv", "lgamma", "cyl_bessel_i0", "cyl_bessel_i1",
+              "j0", "j1", "y0", "y1"}
 _ROUNDING_FNS = {"floor", "ceil", "round", "trunc"}
 
 

@@ -14,7 +14,7 @@ _FLOAT_ONLY_FNS = {"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqr
                    "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "isnan", "isinf",
                    "pow", "atan2", "fmod", "fast_dividef", "acos", "asin", "atan", "sinh", "cosh", "asinh",
                    "acosh", "atanh", "erfc", "erfcx", "erfinv", "lgamma", "cyl_bessel_i0", "cyl_bessel_i1",
-                   "j0", "j1", "y0", "y1",
+                   "j0", "j1", "y0", "y1", "normcdfinv",
                    "signbit", "hypot", "copysign", "nextafter"}
 _TWO_OPERAND_FNS = {"pow", "atan2", "fmod", "fast_dividef", "hypot", "copysign", "nextafter"}
 _INTEGER_ONLY_OPS = {"floordiv", "and", "or", "xor", "shl", "shr"}

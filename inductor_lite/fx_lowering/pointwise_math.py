@@ -37,6 +37,7 @@ register_pointwise([aten.special_i1.default, aten.special_modified_bessel_i1.def
                    Kind.INT_TO_FLOAT)
 register_pointwise([aten.special_modified_bessel_i0.default], _unary("i0"), Kind.INT_TO_FLOAT)
 register_pointwise([aten.special_erfcx.default], _unary("erfcx"), Kind.INT_TO_FLOAT)
+register_pointwise([aten.special_ndtri.default], _unary("ndtri"), Kind.INT_TO_FLOAT)
 
 
 def _bessel(op: str):

@@ -28,8 +28,8 @@ Vocabulary (all handlers implement these):
 - unary `UNARY_OPS` (``round`` is half-to-even, as torch.round; ``signbit`` gives
   bool), binary `BINARY_OPS`, comparisons `COMPARE_OPS` (result bool). The math
   ops (``acos`` ... ``i1``, ``hypot``, ``copysign``, ``nextafter``) take floats
-  and are torch's functions of the same name (``i1`` and ``bessel_*`` are in
-  ``torch.special``);
+  and are torch's functions of the same name (``i1``, ``ndtri`` and ``bessel_*``
+  are in ``torch.special``);
   shifts take integers and give 0 (left) or the sign fill (right) for a shift
   count outside ``[0, bits)``, as torch.
   ``floordiv``/``remainder`` follow Python (floor) semantics, ``truncdiv``/``fmod``
@@ -49,7 +49,7 @@ UNARY_OPS = (
     "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt",
     "sigmoid", "tanh", "erf", "sin", "cos", "tan", "floor", "ceil", "trunc", "round",
     "isnan", "isinf", "logical_not", "bitwise_not",
-    "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfcx", "erfinv",
+    "acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfcx", "erfinv", "ndtri",
     "lgamma", "i0", "i1", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "signbit",
 )
 BINARY_OPS = (
