@@ -52,13 +52,13 @@ def _externs(allowed=()) -> list[str]:
     return sorted(k for k in inductor_lite.counters if k.startswith("extern.") and k not in allowed)
 
 
-def check(fn, x, *, backward=True, dynamic=False, externs=(), exact=False):
+def check(fn, x, *, backward=True, externs=(), exact=False):
     """``fn(x)`` compiled matches eager (and, with ``backward``, so does the gradient of
     its first output for a random output gradient); one kernel or more ran, and no
     extern call but ``externs``."""
     x_got = x.detach().clone().requires_grad_(backward)
     x_ref = x.detach().clone().requires_grad_(backward)
-    got = _tuple(torch.compile(fn, backend="inductor_lite", dynamic=dynamic)(x_got))
+    got = _tuple(torch.compile(fn, backend="inductor_lite")(x_got))
     expected = _tuple(fn(x_ref))
     tol = dict(rtol=0, atol=0) if exact else TOLERANCES[x.dtype]
     for g, e in zip(got, expected):
