@@ -11,7 +11,6 @@ size means "no match".
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any, Callable, Optional, Sequence
 
@@ -62,10 +61,6 @@ def same(a: Any, b: Any) -> bool:
 
 def same_sizes(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-
-
-def numel(sizes: Sequence[Any]) -> Any:
-    return math.prod(sizes) if sizes else 1
 
 
 def is_concrete(t: torch.Tensor) -> bool:

@@ -30,8 +30,6 @@ import torch.fx
 
 from .common import GraphBuilder, aten, is_call, is_concrete, replace_node, tensor_val
 
-NAME = "pad_mm"
-
 ALIGNMENT = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4}
 """Elements a GEMM dimension should be a multiple of, per dtype (Inductor's
 ``get_alignment_size``)."""

@@ -22,9 +22,7 @@ import operator
 import torch
 import torch.fx
 
-from .common import VIEW_OPS, GraphBuilder, aten, is_call, replace_node
-
-NAME = "split_addmm"
+from .common import VIEW_OPS, GraphBuilder, aten, is_call, replace_node, tensor_val
 
 _VIEWS = VIEW_OPS | {aten.slice.Tensor, aten.select.int, aten.permute.default, aten.transpose.int,
                      aten.t.default, aten.squeeze.dim, aten.unsqueeze.default, operator.getitem}
@@ -38,11 +36,13 @@ def split_addmm(gm: torch.fx.GraphModule) -> int:
             continue
         if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1 or len(node.args) != 3:
             continue
-        if node.meta["val"].dtype in (torch.float16, torch.bfloat16):
+        bias, x, w = node.args
+        if any(tensor_val(t) is None for t in (node, bias, x, w)):
+            continue
+        if tensor_val(node).dtype in (torch.float16, torch.bfloat16):
             continue
         if not all(_pointwise_use(user) for user in node.users):
             continue
-        bias, x, w = node.args
         build = GraphBuilder(gm, node)
         product = build.call(aten.mm.default, x, w)
         replace_node(gm, node, build.call(aten.add.Tensor, product, bias))
