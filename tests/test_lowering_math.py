@@ -136,6 +136,8 @@ UNARY = {
     "bessel_y0": (torch.special.bessel_y0, (-1, 30), [1e-30, 0.893577]),
     "bessel_y1": (torch.special.bessel_y1, (-1, 30), [1e-30, 2.197141]),
     "special_erfcx": (torch.special.erfcx, (-5, 30), [1e10, -10.0, -30.0]),
+    "special_i0e": (torch.special.i0e, (-50, 50), [699.0, 701.0, -1e4, 1e30]),
+    "special_i1e": (torch.special.i1e, (-50, 50), [699.0, -701.0, -1e4, 1e30]),
     "special_ndtri": (torch.special.ndtri, (0, 1), [1.0, 1e-30, 1e-7, 0.9999999, 1.5, -0.5]),
     "sinc": (torch.sinc, (-5, 5), [1.0, 2.0, -3.0, 1e-30]),
     "signbit": (torch.signbit, (-5, 5), [NAN * -1.0]),
@@ -217,6 +219,12 @@ def test_binary_bf16(name):
     fn, (lo, hi), extra = BINARY[name]
     x, y = sample(lo, hi, extra, n=9, dtype=torch.bfloat16), sample(lo, hi, extra, n=9, dtype=torch.bfloat16)
     check_bf16(fn, *pairs(x, y))
+
+
+def test_scaled_bessel_in_fp64_stays_an_extern():
+    x = torch.randn(30, dtype=torch.float64) * 10
+    got = compile_and_run(torch.special.i0e, x, externs=("extern.aten.special_i0e.default",))
+    assert_identical(got, torch.special.i0e(x))
 
 
 def test_polygamma_of_higher_order_stays_an_extern():
@@ -393,7 +401,8 @@ def _all_math(x, y):
             torch.acosh(x), torch.atanh(x), torch.erfc(x), torch.erfinv(x), torch.lgamma(x), torch.digamma(x),
             torch.i0(x), torch.special.i1(x), torch.special.erfcx(x), torch.signbit(x), torch.hypot(x, y),
             torch.copysign(x, y), torch.fmax(x, y), torch.special.bessel_j0(x), torch.special.bessel_j1(x),
-            torch.special.bessel_y0(x), torch.special.bessel_y1(x), torch.special.ndtri(x))
+            torch.special.bessel_y0(x), torch.special.bessel_y1(x), torch.special.ndtri(x), torch.special.i0e(x),
+            torch.special.i1e(x))
 
 
 def _fp64_math(x, y):
