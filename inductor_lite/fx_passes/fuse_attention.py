@@ -41,8 +41,10 @@ AOTAutograd decomposes it by torch's trace-time kernel choice (``_fused_sdp_choi
 is eligible, each with its fused backward. Only the math choice gives the pattern, and
 then the joint graph already holds the math backward (bmm, softmax backward), which a
 rewrite of the partitioned forward cannot change. So the pass serves inference graphs;
-training would need the rewrite on the joint graph before partitioning, or a fused op
-forced at trace time.
+training would need the rewrite on the joint graph before partitioning. (A
+decomposition-table entry for ``aten._scaled_dot_product_attention_math`` is never
+consulted: SDPA reaches it inside C++, below the Python dispatcher; checked on torch
+2.13.)
 
 Fully masked rows: ``_safe_softmax`` gives zeros there, and so do the fused kernels.
 A plain ``_softmax`` gives NaN there; the fused kernels give zeros, so a match on
