@@ -255,6 +255,17 @@ def test_ldexp_rounds_once(dtype):
     torch.testing.assert_close(compile_and_run(torch.ldexp, x, f), torch.ldexp(x, f), equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_frexp(dtype):
+    """Exact: powers of two, the values just below them, subnormals, zeros, inf, NaN."""
+    below = [math.nextafter(2.0 ** k, 0) for k in (-120, -3, 1, 20, 100)]
+    x = sample(-1e6, 1e6, [2.0 ** -149, -(2.0 ** -130), 2.0 ** 127, 0.5, -1.0, 3.4e38] + below, dtype=dtype)
+    got = compile_and_run(torch.frexp, x)
+    want = torch.frexp(x)
+    assert_identical(got[0], want[0])
+    assert_identical(got[1], want[1])
+
+
 def test_ldexp_in_fp64_stays_an_extern():
     x, e = torch.randn(20, dtype=torch.float64), torch.randint(-1100, 1100, (20,))
     got = compile_and_run(torch.ldexp, x, e, externs=("extern.aten.ldexp.Tensor",))
@@ -412,8 +423,8 @@ def _fp64_math(x, y):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_generated_math_kernels_assemble(dtype, device, monkeypatch):
     """The kernels the backend generates for the new ops (every new libdevice call in
-    fp32 and from bf16; the fp64 versions of a few, ldexp's fp64 math and nextafter)
-    compile to PTX that assembles for sm_80 and sm_90."""
+    fp32 and from bf16; the fp64 versions of a few, the fp64 math of ldexp, frexp and
+    i0e, and nextafter) compile to PTX that assembles for sm_80 and sm_90."""
     from inductor_lite.dsl import assembler, compiler
     from inductor_lite.dsl.kernel import Kernel
 
@@ -430,7 +441,7 @@ def test_generated_math_kernels_assemble(dtype, device, monkeypatch):
 
     monkeypatch.setattr(Kernel, "run", record)
     x, y = torch.rand(64).to(dtype) * 0.9, torch.randn(64).to(dtype)
-    fns = {torch.float32: [_all_math, torch.nextafter, lambda a, b: a.int() << b.int()],
+    fns = {torch.float32: [_all_math, torch.nextafter, lambda a, b: (a.int() << b.int(), *torch.frexp(a))],
            torch.bfloat16: [_all_math], torch.float64: [_fp64_math]}[dtype]
     for fn in fns:
         compile_and_run(fn, x, y)

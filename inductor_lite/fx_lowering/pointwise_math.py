@@ -2,8 +2,8 @@
 transcendentals (those live in `pointwise`): inverse trigonometric and hyperbolic
 functions, error, gamma and Bessel functions (``i0``, ``i1``, ``bessel_j0/j1/y0/y1``),
 ``digamma`` and ``polygamma`` of orders 0 and 1, ``hypot``/``copysign``/
-``nextafter``/``fmax``/``fmin``/``ldexp``, ``signbit``, ``round(decimals=)`` and
-bitwise shifts.
+``nextafter``/``fmax``/``fmin``/``ldexp``/``frexp``, ``signbit``, ``round(decimals=)``
+and bitwise shifts.
 
 Where libdevice has the function it is one ``ops`` call (one DSL math call, one
 ``__nv_*`` call on the GPU, torch's own function in the interpreter). ``digamma``
@@ -170,6 +170,38 @@ def _lower_ldexp(ctx, x, exponent):
         return ops.to_dtype(ops.mul(load_x(index), ops.exp2(e)), out_dtype)
 
     return ctx.pointwise(inner_fn, [x, exponent])
+
+
+@register_lowering(aten.frexp.Tensor)
+def _lower_frexp(ctx, x):
+    """``(mantissa, exponent)`` with ``x = mantissa * 2**exponent``, ``0.5 <= |mantissa|
+    < 1`` (int32 exponent); ``(x, 0)`` for zeros, infinities and NaN, as C's frexp.
+    Computed in fp64, where ``floor(log2|x|) + 1`` of an fp32 value is exact or one off
+    (then fixed up) and scaling by ``2**-e`` is exact, so the mantissa rounds back
+    unchanged; fp64 inputs stay externs."""
+    dtype = x.get_dtype()
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise NoLowering(f"frexp of {dtype}")
+    f64, size = torch.float64, x.get_size()
+    load = loader(x, size, f64)
+
+    def parts(index):
+        v = load(index)
+        a = ops.abs(v)
+        one, half = const(1.0, f64), const(0.5, f64)
+        e = ops.add(ops.floor(ops.log2(a)), one)
+        m = ops.mul(v, ops.exp2(ops.neg(e)))
+        over = ops.ge(ops.abs(m), one)
+        m, e = ops.where(over, ops.mul(m, half), m), ops.where(over, ops.add(e, one), e)
+        under = ops.lt(ops.abs(m), half)
+        m, e = ops.where(under, ops.add(m, m), m), ops.where(under, ops.sub(e, one), e)
+        regular = ops.logical_and(ops.ne(a, const(0.0, f64)), ops.lt(a, const(math.inf, f64)))
+        return ops.where(regular, m, v), ops.where(regular, e, const(0.0, f64))
+
+    mantissa = ctx.pointwise(lambda index: ops.to_dtype(parts(index)[0], dtype), [x], size=size, dtype=dtype)
+    exponent = ctx.pointwise(lambda index: ops.to_dtype(parts(index)[1], torch.int32), [x], size=size,
+                             dtype=torch.int32)
+    return [mantissa, exponent]
 
 
 def _shift(op: str):
