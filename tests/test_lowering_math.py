@@ -104,13 +104,6 @@ def check_fp32(fn, *args, externs=()):
         assert_close_to_reference(got, eager, reference)
 
 
-def check_bf16(fn, *args):
-    got = compile_and_run(fn, *args)
-    eager = fn(*args)
-    assert got.dtype == eager.dtype
-    torch.testing.assert_close(got, eager, equal_nan=True, atol=1e-2, rtol=1.6e-2)
-
-
 # op: (function, domain of the random values, extra edge values)
 UNARY = {
     "acos": (torch.acos, (-1, 1), [1.0, -1.0, 1.5, -2.0]),
@@ -164,17 +157,25 @@ def test_unary_fp32(name):
 
 
 # eager has no bf16 CPU kernels for these
-NO_BF16 = {"special_erfcx", "special_ndtri", "special_log_ndtr", "modified_bessel_i0", "modified_bessel_i1", "bessel_j0", "bessel_j1",
-           "bessel_y0", "bessel_y1"}
+NO_BF16 = {"special_erfcx", "special_ndtri", "special_log_ndtr", "modified_bessel_i0", "modified_bessel_i1",
+           "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1"}
 
 
-@pytest.mark.parametrize("name", sorted(set(UNARY) - NO_BF16))
-def test_unary_bf16(name):
-    fn, (lo, hi), extra = UNARY[name]
-    x = sample(lo, hi, extra, n=64, dtype=torch.bfloat16)
-    if name == "mvlgamma":
-        x = x[x > 1.0]
-    check_bf16(fn, x)
+def test_unary_bf16():
+    """Every op of `UNARY` that eager has in bf16, in one graph (one compile)."""
+    names = sorted(set(UNARY) - NO_BF16)
+    inputs = []
+    for name in names:
+        _, (lo, hi), extra = UNARY[name]
+        x = sample(lo, hi, extra, n=64, dtype=torch.bfloat16)
+        inputs.append(x[x > 1.0] if name == "mvlgamma" else x)
+
+    def fn(*xs):
+        return tuple(UNARY[name][0](x) for name, x in zip(names, xs))
+
+    for name, got, want in zip(names, compile_and_run(fn, *inputs), fn(*inputs)):
+        assert got.dtype == want.dtype, name
+        torch.testing.assert_close(got, want, equal_nan=True, atol=1e-2, rtol=1.6e-2, msg=name)
 
 
 @pytest.mark.parametrize("name", ["acos", "erfinv", "lgamma", "i0", "digamma", "sinc"])
@@ -214,11 +215,21 @@ def test_binary_fp32(name):
     check_fp32(fn, a, b)
 
 
-@pytest.mark.parametrize("name", sorted(set(BINARY) - {"nextafter"}))
-def test_binary_bf16(name):
-    fn, (lo, hi), extra = BINARY[name]
-    x, y = sample(lo, hi, extra, n=9, dtype=torch.bfloat16), sample(lo, hi, extra, n=9, dtype=torch.bfloat16)
-    check_bf16(fn, *pairs(x, y))
+def test_binary_bf16():
+    """Every op of `BINARY` but nextafter (an extern in bf16) in one graph."""
+    names = sorted(set(BINARY) - {"nextafter"})
+    inputs = []
+    for name in names:
+        _, (lo, hi), extra = BINARY[name]
+        x, y = (sample(lo, hi, extra, n=9, dtype=torch.bfloat16) for _ in range(2))
+        inputs += pairs(x, y)
+
+    def fn(*xs):
+        return tuple(BINARY[name][0](xs[2 * i], xs[2 * i + 1]) for i, name in enumerate(names))
+
+    for name, got, want in zip(names, compile_and_run(fn, *inputs), fn(*inputs)):
+        assert got.dtype == want.dtype, name
+        torch.testing.assert_close(got, want, equal_nan=True, atol=1e-2, rtol=1.6e-2, msg=name)
 
 
 def test_scaled_bessel_in_fp64_stays_an_extern():
