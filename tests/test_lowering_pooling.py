@@ -260,6 +260,19 @@ def test_dynamic_upsample_to_another_tensors_size(mode):
     assert not _externs() and counters["graphs_fallback"] == 0 and counters["graphs_compiled"] == 1
 
 
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_dynamic_upsample_by_a_fractional_scale(mode):
+    """``scale_factor=1.7`` under dynamic shapes: output sizes are
+    ``TruncToInt(1.7*ToFloat(s))``, computed by the wrapper and passed to the kernels."""
+    fn = lambda x: F.interpolate(x, scale_factor=1.7, mode=mode)  # noqa: E731
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
+    for size in [(2, 3, 5, 7), (3, 2, 9, 6)]:
+        x = torch.randn(size)
+        torch.testing.assert_close(compiled(x), fn(x))
+    counters = inductor_lite.counters
+    assert not _externs() and counters["graphs_fallback"] == 0 and counters["graphs_compiled"] == 1
+
+
 def test_training_step_of_a_small_cnn():
     """conv -> max_pool -> conv -> avg_pool -> adaptive pool: the gradients of every
     parameter match eager and no pooling op is an extern call."""

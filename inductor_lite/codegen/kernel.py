@@ -64,7 +64,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import sympy
 import torch
-from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt, ModularIndexing, RoundToInt, TruncToInt
 
 from ..config import config
 from ..ir.indexing import Expr, abs_bound, simplify_index
@@ -86,6 +86,9 @@ DSL_DTYPES = {
     torch.int32: "dl.int32", torch.int64: "dl.int64", torch.uint8: "dl.uint8",
 }
 
+
+_FLOAT_TO_INT = (TruncToInt, FloorToInt, CeilToInt, RoundToInt)
+"""torch's float-to-int size functions: printed by the wrapper, never in a kernel."""
 
 def dsl_dtype(dtype: torch.dtype) -> str:
     """``torch.float32`` -> ``'dl.float32'``.
@@ -222,6 +225,7 @@ class KernelCodegen(OpsHandler):
         self.in_ptrs: dict[str, str] = {}
         self.out_ptrs: dict[str, str] = {}
         self.size_symbols: set[sympy.Symbol] = set()
+        self.opaque_sizes: dict[Expr, sympy.Symbol] = {}  # float-computed size -> its kernel argument
         self.masks: list[str] = []
         self.producers: dict[str, Callable[[], CSEVar]] = {}  # full-domain nodes: recompute in a later loop
         self.has_rmask = self.is_reduction and not (persistent and _is_power_of_2(rnumel))
@@ -262,10 +266,18 @@ class KernelCodegen(OpsHandler):
         return xs[0].dtype
 
     def simplify(self, index: Expr) -> Expr:
-        """``index`` (over the flat `FLAT` and `RFLAT`) over the kernel's index symbols, simplified."""
-        if self.tiling is not None:
-            return self.tiling.split(index)
-        return simplify_index(index, self.ranges)
+        """``index`` (over the flat `FLAT` and `RFLAT`) over the kernel's index symbols, simplified.
+
+        A size computed through floats (``TruncToInt(1.7*ToFloat(s0))``, from
+        ``interpolate(scale_factor=1.7)`` under dynamic shapes) becomes a size symbol of
+        its own (``ks0``): the wrapper computes it in Python and passes it in, since
+        kernels have no float-to-int conversions of sizes."""
+        index = self.tiling.split(index) if self.tiling is not None else simplify_index(index, self.ranges)
+        opaque = [a for a in index.atoms(*_FLOAT_TO_INT) if a.free_symbols]
+        for atom in opaque:
+            if atom not in self.opaque_sizes:
+                self.opaque_sizes[atom] = sympy.Symbol(f"ks{len(self.opaque_sizes)}", integer=True, positive=True)
+        return index.xreplace({a: self.opaque_sizes[a] for a in opaque}) if opaque else index
 
     def index_str(self, index: Expr) -> str:
         """DSL text of an index expression over the kernel's index symbols (simplified, parts named)."""
@@ -866,7 +878,8 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
         params.append("rnumel")
         call_args.append(("expr", group.rnumel))
     params += [s.name for s in symbols]
-    call_args += [("expr", s) for s in symbols]
+    values = {symbol: atom for atom, symbol in cg.opaque_sizes.items()}
+    call_args += [("expr", values.get(s, s)) for s in symbols]
     pid = "dl.program_id(0).to(dl.int64)" if index_dtype == torch.int64 else "dl.program_id(0)"
     body = [f"# FX nodes: {', '.join(group.origins())}"] + cg.helpers
     element_size = _element_size(buffer_dtypes, list(cg.in_ptrs) + list(cg.out_ptrs))

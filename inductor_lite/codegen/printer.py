@@ -73,6 +73,28 @@ class PythonPrinter(StrPrinter):
     def _print_Function(self, expr) -> str:
         raise NotImplementedError(f"cannot print {type(expr).__name__} ({expr}) in generated code")
 
+    # Sizes computed through floats (``interpolate(scale_factor=1.7)`` under dynamic
+    # shapes gives ``TruncToInt(1.7*ToFloat(s0))``): torch's float/int conversion
+    # functions (``torch.utils._sympy.functions``), in the wrapper only, where Python
+    # evaluates them with the same double-precision floats as the shape environment.
+
+    def _print_TruncToInt(self, expr) -> str:
+        return f"int({self._float(expr.args[0])})"
+
+    def _print_FloorToInt(self, expr) -> str:
+        return f"int({self._float(expr.args[0])} // 1)"
+
+    def _print_CeilToInt(self, expr) -> str:
+        return f"-int(-({self._float(expr.args[0])}) // 1)"
+
+    def _print_RoundToInt(self, expr) -> str:
+        return f"round({self._float(expr.args[0])})"
+
+    def _float(self, expr) -> str:
+        """``expr`` as a Python float expression (floats and true division allowed)."""
+        return _FloatPrinter().doprint(expr)
+
+
     def _nary(self, fn: str, args) -> str:
         text = self._print(args[0])
         for a in args[1:]:
@@ -81,6 +103,36 @@ class PythonPrinter(StrPrinter):
 
     def _paren(self, expr) -> str:
         return self.parenthesize(expr, PRECEDENCE["Atom"] - 1)
+
+
+class _FloatPrinter(StrPrinter):
+    """The float-valued argument of a `PythonPrinter` float-to-int conversion."""
+
+    printmethod = "_inductor_lite_str"
+
+    def _print_Symbol(self, expr) -> str:
+        return expr.name
+
+    def _print_Integer(self, expr) -> str:
+        return str(int(expr))
+
+    def _print_Float(self, expr) -> str:
+        return repr(float(expr))
+
+    def _print_Rational(self, expr) -> str:
+        return f"({int(expr.p)} / {int(expr.q)})"
+
+    def _print_ToFloat(self, expr) -> str:
+        return f"float({self._print(expr.args[0])})"
+
+    def _print_FloatTrueDiv(self, expr) -> str:
+        a, b = expr.args
+        return f"({self._print(a)} / {self._print(b)})"
+
+    _print_IntTrueDiv = _print_FloatTrueDiv
+
+    def _print_Function(self, expr) -> str:
+        raise NotImplementedError(f"cannot print {type(expr).__name__} ({expr}) in generated code")
 
 
 class KernelPrinter(PythonPrinter):
