@@ -41,10 +41,6 @@ XFAIL: dict[tuple[str, str], str] = {
     ("nn.functional.multilabel_margin_loss", "reference"): _MARGIN_LOSS_0D,
     ("nn.functional.interpolate.bilinear", "reference"): _RESAMPLE.format(mode="bilinear"),
     ("nn.functional.interpolate.bicubic", "reference"): _RESAMPLE.format(mode="bicubic"),
-    ("nn.functional.group_norm", "dynamic"): (
-        "LoweringError: the decomposition's as_strided over a computed buffer with symbolic sizes; "
-        "fx_lowering/views.py's as_strided cannot prove the buffer's layout is eager's and raises "
-        "NotImplementedError instead of falling back to an extern"),
     ("logcumsumexp", "backward"): (
         "ill-conditioned sample: the gradient is exp(a) - exp(b) of two nearly equal reverse logcumsumexps "
         "in fp32; ours and eager's (CPU eager accumulates in fp64) are each about 4e-3 from the fp64 "

@@ -462,3 +462,21 @@ def test_extern_with_scalar_outputs():
     graph = check(fn, r(5))
     parent = next(b for b in graph.buffers if isinstance(b, ExternKernel))
     assert parent.op_name == "inductor_lite_test.scale_and_count.default"
+
+
+def test_as_strided_over_computed_buffer_with_symbolic_contiguous_strides():
+    """group_norm's decomposition ends in an as_strided over a computed buffer; under
+    dynamic shapes eager's strides are Max(1, s // 2)-style guards of ours, and a size-1
+    dim's stride is irrelevant: the layouts address the same storage, so it lowers."""
+    import inductor_lite
+    from inductor_lite.config import config
+
+    fn = lambda x, w, b: F.group_norm(x, 2, w, b)  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
+    with config.patch(fallback_on_error=False):
+        for shape in [(1, 6, 3), (1, 8, 5), (3, 4, 2)]:
+            args = torch.randn(shape), torch.randn(shape[1]), torch.randn(shape[1])
+            torch.testing.assert_close(compiled(*args), fn(*args))
+    torch._dynamo.reset()
+    assert inductor_lite.counters["kernels_generated"] > 0

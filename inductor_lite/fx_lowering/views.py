@@ -7,6 +7,7 @@ from typing import Callable
 
 import sympy
 import torch
+from torch.utils._sympy.functions import Max as SymMax
 
 from ..ir.indexing import Expr, as_expr, flat_to_vars, vars_to_flat
 from ..ir.nodes import (
@@ -19,13 +20,14 @@ aten = torch.ops.aten
 
 
 def make_view(ctx: LoweringContext, x: IRNode, reindex: Callable[[list[Expr]], list[Expr]],
-              out_val=None, in_val=None) -> IRNode:
+              out_val=None, in_val=None, shares_storage: bool = True) -> IRNode:
     """A view of ``x`` with the node's output size: strided when ``x`` is realized with
-    the strides its metadata says, an index remapping otherwise."""
+    the strides its metadata says (and ``shares_storage``: the output's metadata
+    describes the input's memory), an index remapping otherwise."""
     out_val = ctx.val if out_val is None else out_val
     in_val = ctx.arg_val(0) if in_val is None else in_val
     info = None
-    if isinstance(out_val, torch.Tensor) and isinstance(in_val, torch.Tensor):
+    if shares_storage and isinstance(out_val, torch.Tensor) and isinstance(in_val, torch.Tensor):
         info = (StridedInfo.of(in_val), StridedInfo.of(out_val))
     size = [as_expr(s) for s in out_val.size()]
     view = GenericView(x, size, reindex, info)
@@ -48,16 +50,30 @@ def _lower_alias(ctx, x):
     return x
 
 
+def _reshape_is_view(ctx) -> bool:
+    """Whether an ``aten.reshape`` returns a view of its input (else its output is a
+    fresh contiguous copy, whose strides say nothing about the input's memory)."""
+    in_val, out_val = ctx.arg_val(0), ctx.val
+    if not (isinstance(in_val, torch.Tensor) and isinstance(out_val, torch.Tensor)):
+        return False
+    try:
+        view = in_val.view(out_val.size())
+    except RuntimeError:  # not expressible as a view of the input's strides
+        return False
+    return view.stride() == out_val.stride() and view.storage_offset() == out_val.storage_offset()
+
+
 @register_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _lower_view(ctx, x, size):
     old_size, new_size = x.get_size(), ctx.out_size
+    shares_storage = ctx.node.target is not aten.reshape.default or _reshape_is_view(ctx)
     if [s for s in old_size if s != 1] == [s for s in new_size if s != 1]:
-        return make_view(ctx, x, _unit_dims_reindex(old_size, new_size))
+        return make_view(ctx, x, _unit_dims_reindex(old_size, new_size), shares_storage=shares_storage)
 
     def reindex(index):
         return flat_to_vars(vars_to_flat(index, new_size), old_size)
 
-    return make_view(ctx, x, reindex)
+    return make_view(ctx, x, reindex, shares_storage=shares_storage)
 
 
 def _unit_dims_reindex(old_size, new_size):
@@ -175,6 +191,26 @@ def _lower_unbind(ctx, x, dim=0):
             for k, piece in enumerate(ctx.val)]
 
 
+def _drop_empty_guard(expr: Expr) -> Expr:
+    """``expr`` with each ``Max(1, e)`` replaced by ``e``: torch takes contiguous strides
+    over ``max(1, size)`` so that an empty tensor still has positive strides; when no
+    size is 0 the two agree, and when one is, no element is addressed."""
+    def is_guard(e):
+        return getattr(e, "func", None) in (sympy.Max, SymMax) and len(e.args) == 2 and sympy.S.One in e.args
+
+    return as_expr(expr).replace(is_guard, lambda e: e.args[0] if e.args[1] == 1 else e.args[1])
+
+
+def _same_storage_layout(info: StridedInfo, layout) -> bool:
+    """Whether every element of ``info`` (eager's value) and ``layout`` (ours) sits at the
+    same storage offset: equal sizes, and equal strides except along size-1 dims (only
+    index 0 exists there) and up to `_drop_empty_guard`."""
+    if list(info.size) != list(layout.size):
+        return False
+    return all(size == 1 or sympy.expand(_drop_empty_guard(a) - _drop_empty_guard(b)) == 0
+               for size, a, b in zip(info.size, info.stride, layout.stride))
+
+
 @register_lowering(aten.as_strided.default)
 def _lower_as_strided(ctx, x, size, stride, storage_offset=None):
     """Only over memory laid out as in eager: graph inputs, extern outputs, or a buffer
@@ -183,7 +219,7 @@ def _lower_as_strided(ctx, x, size, stride, storage_offset=None):
     x = ctx.realize(x)
     buffer = underlying_buffer(x)
     layout = realized_layout(x)
-    if not StridedInfo.of(in_val).matches(layout):
+    if not _same_storage_layout(StridedInfo.of(in_val), layout):
         raise NotImplementedError("as_strided of a tensor laid out differently from eager")
     if isinstance(buffer, ComputedBuffer):
         whole = in_val.untyped_storage().nbytes() == in_val.numel() * in_val.element_size()
