@@ -20,13 +20,14 @@ aten = torch.ops.aten
 
 
 def make_view(ctx: LoweringContext, x: IRNode, reindex: Callable[[list[Expr]], list[Expr]],
-              out_val=None, in_val=None) -> IRNode:
+              out_val=None, in_val=None, shares_storage: bool = True) -> IRNode:
     """A view of ``x`` with the node's output size: strided when ``x`` is realized with
-    the strides its metadata says, an index remapping otherwise."""
+    the strides its metadata says (and ``shares_storage``: the output's metadata
+    describes the input's memory), an index remapping otherwise."""
     out_val = ctx.val if out_val is None else out_val
     in_val = ctx.arg_val(0) if in_val is None else in_val
     info = None
-    if isinstance(out_val, torch.Tensor) and isinstance(in_val, torch.Tensor):
+    if shares_storage and isinstance(out_val, torch.Tensor) and isinstance(in_val, torch.Tensor):
         info = (StridedInfo.of(in_val), StridedInfo.of(out_val))
     size = [as_expr(s) for s in out_val.size()]
     view = GenericView(x, size, reindex, info)
@@ -49,16 +50,30 @@ def _lower_alias(ctx, x):
     return x
 
 
+def _reshape_is_view(ctx) -> bool:
+    """Whether an ``aten.reshape`` returns a view of its input (else its output is a
+    fresh contiguous copy, whose strides say nothing about the input's memory)."""
+    in_val, out_val = ctx.arg_val(0), ctx.val
+    if not (isinstance(in_val, torch.Tensor) and isinstance(out_val, torch.Tensor)):
+        return False
+    try:
+        view = in_val.view(out_val.size())
+    except (RuntimeError, ValueError):  # not expressible as a view of the input's strides
+        return False
+    return view.stride() == out_val.stride() and view.storage_offset() == out_val.storage_offset()
+
+
 @register_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _lower_view(ctx, x, size):
     old_size, new_size = x.get_size(), ctx.out_size
+    shares_storage = ctx.node.target is not aten.reshape.default or _reshape_is_view(ctx)
     if [s for s in old_size if s != 1] == [s for s in new_size if s != 1]:
-        return make_view(ctx, x, _unit_dims_reindex(old_size, new_size))
+        return make_view(ctx, x, _unit_dims_reindex(old_size, new_size), shares_storage=shares_storage)
 
     def reindex(index):
         return flat_to_vars(vars_to_flat(index, new_size), old_size)
 
-    return make_view(ctx, x, reindex)
+    return make_view(ctx, x, reindex, shares_storage=shares_storage)
 
 
 def _unit_dims_reindex(old_size, new_size):
