@@ -8,6 +8,8 @@
   with a graph from the graph cache);
 - ``kernels_compiled``: binaries built through LLVM (disk-cache misses);
 - ``cache_hits``: binaries loaded from the on-disk cache;
+- ``dsl_kernels_parsed``: DSL kernels whose source was parsed (`dsl.kernel`; on first need,
+  so a warm start parses only the kernels it builds IR for);
 - ``extern_calls``: aten fallback calls placed in compiled graphs;
 - ``extern.<op>``: the same, per aten overload, e.g. ``extern.aten.mm.default``;
 - ``graph_cache_hits``, ``graph_cache_misses``: compiled graphs loaded from the on-disk

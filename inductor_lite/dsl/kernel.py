@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
+import linecache
 import operator
 import sys
 import textwrap
@@ -20,6 +22,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import torch
 
 from ..config import config
+from ..counters import counters
 from . import interpreter, ir, language
 from .frontend import build_function
 from .nvptx import check_maxnreg
@@ -126,7 +129,9 @@ class Kernel:
 
     Attributes:
         fn: the Python function. name: its name. source: its dedented source text
-        (decorators included; part of cache keys). arg_names: every parameter in
+        (decorators included; part of cache keys), read on first need, and parsed
+        (``fn_def``) only to build IR, so a warm start parses only the kernels it
+        compiles or interprets (counted as ``dsl_kernels_parsed``). arg_names: every parameter in
         order. constexpr_names: the parameters annotated ``dl.constexpr``.
         runtime_arg_names: the others, in order (what `Specialization.args` describe).
         filename / first_lineno: where the source lives (for error messages).
@@ -139,7 +144,9 @@ class Kernel:
     Raises (at decoration):
         TypeError: ``fn`` is not a function, or ``ftz`` is not a bool.
         ValueError: the source cannot be read (a kernel built with ``exec`` must put its
-            text in ``linecache`` first), or the signature uses ``*args``/``**kwargs``.
+            text in ``linecache`` first), ``fn`` is a lambda, or the signature uses
+            ``*args``/``**kwargs``. (Source that does not define ``fn``'s name is found
+            on first need instead, as a ValueError.)
     """
 
     __dl_kernel__ = True
@@ -152,23 +159,19 @@ class Kernel:
         self.fn = fn
         self._ftz = ftz
         self.name = fn.__name__
-        try:
-            source = inspect.getsource(fn)
-        except (OSError, TypeError) as e:
-            raise ValueError(
-                f"@dl.kernel {self.name}: cannot read its source ({e}); a kernel made with exec() "
-                "needs its text registered in linecache under its filename first"
-            ) from e
-        self.source = textwrap.dedent(source)
-        self.source_lines = self.source.splitlines()
-        self.filename = fn.__code__.co_filename
-        self.first_lineno = fn.__code__.co_firstlineno
-        tree = ast.parse(self.source)
-        defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == self.name]
-        if not defs:
+        if not self.name.isidentifier():  # a lambda: no ``def`` to compile
             raise ValueError(f"@dl.kernel {self.name}: its source does not define a function of that name")
-        self.fn_def = defs[0]
-        self._names_read = sorted({n.id for n in ast.walk(self.fn_def) if isinstance(n, ast.Name)})
+        self.filename = fn.__code__.co_filename
+        self.first_lineno = fn.__code__.co_firstlineno  # the first decorator's line
+        # the file's lines, kept for the lazy parse; reading them is a dict lookup for a
+        # generated module (its text is in linecache) and tells at once if the source is missing
+        self._file_lines = linecache.getlines(self.filename, fn.__globals__)
+        if not 0 < self.first_lineno <= len(self._file_lines):
+            raise ValueError(
+                f"@dl.kernel {self.name}: cannot read its source (no line {self.first_lineno} in "
+                f"{self.filename}); a kernel made with exec() needs its text registered in linecache "
+                "under its filename first"
+            )
 
         signature = inspect.signature(fn)
         for p in signature.parameters.values():
@@ -189,6 +192,45 @@ class Kernel:
         self._constexpr_order = tuple(self.constexpr_names)
         self._ir_cache: dict[str, ir.Function] = {}
         self._specs: dict[tuple, Specialization] = {}  # interned: each launch reuses one object
+
+    @functools.cached_property
+    def source(self) -> str:
+        """The dedented source text (decorators included), read on first need: a graph
+        loaded from the graph cache may never launch some of its kernels, and a launch
+        whose binary is in the disk cache needs the text but not the parse."""
+        return textwrap.dedent("".join(inspect.getblock(self._file_lines[self.first_lineno - 1:])))
+
+    @functools.cached_property
+    def source_lines(self) -> list[str]:
+        return self.source.splitlines()
+
+    @functools.cached_property
+    def fn_def(self) -> ast.FunctionDef:
+        """The kernel's ``def`` node, parsed on first need (building IR, a cache key).
+
+        Raises:
+            ValueError: the source at the function's first line does not define a
+                function of its name (e.g. a lambda).
+        """
+        counters["dsl_kernels_parsed"] += 1
+        tree = ast.parse(self.source)
+        defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == self.name]
+        if not defs:
+            raise ValueError(f"@dl.kernel {self.name}: its source does not define a function of that name")
+        return defs[0]
+
+    @functools.cached_property
+    def _names_read(self) -> list[str]:
+        """The global and closure names the kernel's code reads, from its code objects
+        rather than its parse (so a disk-cache hit needs no parse). ``co_names`` also holds
+        attribute names: one that matches a global only adds a line to the cache key."""
+        names = set(self.fn.__code__.co_freevars)
+        codes = [self.fn.__code__]
+        while codes:
+            code = codes.pop()
+            names.update(code.co_names)
+            codes.extend(c for c in code.co_consts if inspect.iscode(c))
+        return sorted(names)
 
     def __repr__(self) -> str:
         return f"<dl.kernel {self.name}({', '.join(self.arg_names)})>"
