@@ -107,6 +107,19 @@ def test_attention_upcast_runs_in_low_precision():
     torch.testing.assert_close(out.double(), _reference(sdpa_math, q, k, v, mask), **TOL[torch.bfloat16])
 
 
+def test_attention_upcast_with_a_wider_mask_not_fused():
+    """An fp32 mask of -1e9 beside fp16 q, k, v: in fp16 it would be -inf, and a fully
+    masked row would give zeros instead of eager's mean of v, so the math form stays."""
+    q, k, v = _qkv(dtype=torch.float16)
+    mask = torch.zeros(2, 1, 1, 8)
+    mask[0] = -1e9  # batch 0 fully masked
+    with torch.no_grad():
+        out = _compile(sdpa_math_upcast)(q, k, v, mask)
+        expected = sdpa_math_upcast(q, k, v, mask)
+    assert counters["pass.fuse_attention"] == 0
+    torch.testing.assert_close(out, expected, **TOL[torch.bfloat16])
+
+
 def test_bert_eager_attention_without_mask_scale_folded():
     q, k, v = _qkv(e=32)
     mask = torch.zeros(2, 1, 1, 8)

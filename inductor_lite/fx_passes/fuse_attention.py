@@ -425,7 +425,14 @@ def _emit(gm: torch.fx.GraphModule, match: _Match) -> Optional[torch.fx.Node]:
     build = GraphBuilder(gm, match.output)
     mask = match.mask
     if mask is not None:
-        if tensor_val(mask).dtype != q.dtype:
+        source = _cast_source(mask)
+        if source is not None and tensor_val(source).dtype == q.dtype:
+            mask = source  # an upcast of a mask already in q's dtype: exact
+        elif tensor_val(mask).dtype != q.dtype:
+            if _wider(tensor_val(mask).dtype, q.dtype):
+                # rounding the mask down changes it: an fp32 padding mask of -1e9 is -inf
+                # in fp16, and a fully masked row then gives zeros, not eager's mean
+                return None
             mask = build.call(aten._to_copy.default, mask, dtype=q.dtype)
         # the fused ops take 2-D or 4-D masks that broadcast to [B, H, L, S]
         while tensor_val(mask).dim() not in (2, 4):
@@ -435,6 +442,14 @@ def _emit(gm: torch.fx.GraphModule, match: _Match) -> Optional[torch.fx.Node]:
         result = build.call(aten.clone.default, result, memory_format=torch.contiguous_format)
         result = build.call(aten.view.default, result, list(out.shape))
     return result
+
+
+def _wider(a: torch.dtype, b: torch.dtype) -> bool:
+    """Whether values of dtype ``a`` may not survive a cast to ``b``."""
+    if not a.is_floating_point:
+        return False  # bool and integer masks: small values, exact in any float dtype
+    fa, fb = torch.finfo(a), torch.finfo(b)
+    return fa.max > fb.max or fa.eps < fb.eps
 
 
 def _cpu_call(build: GraphBuilder, match: _Match, mask: Optional[torch.fx.Node]) -> torch.fx.Node:
