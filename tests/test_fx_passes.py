@@ -399,6 +399,23 @@ def test_pad_mm_through_backend_forced():
     torch.testing.assert_close(out, (a @ b).t().relu())
 
 
+def test_pad_mm_result_has_eager_layout(monkeypatch):
+    """A padded GEMM's result read through as_strided, or returned, has the contiguous
+    layout eager gives it (not the padded rows' stride)."""
+    from inductor_lite import fx_passes
+    monkeypatch.setattr(fx_passes, "PASSES", [("pad_mm", lambda gm: pad_mm(gm, force=True))])
+    a, b = _rand(5, 7), _rand(7, 9)
+
+    def strided(x, y):
+        return torch.as_strided(x @ y, (4, 9), (9, 1), 9) * 2
+
+    torch.testing.assert_close(_compile(strided)(a, b), strided(a, b))
+    out = _compile(torch.mm)(a, b)
+    assert out.stride() == (9, 1)
+    torch.testing.assert_close(out.view(-1), (a @ b).view(-1))
+    assert counters["pass.pad_mm"] == 2
+
+
 def test_pad_mm_leaves_cpu_aligned_and_symbolic_gemms():
     a, b = _rand(5, 6), _rand(6, 7)
     assert pad_mm(_fake_graph(torch.mm, a, b)) == 0  # CPU without force

@@ -4,7 +4,8 @@ alignment run on zero-padded operands, and the result is sliced back.
 cuBLAS picks ``align1`` kernels when a leading dimension is not a multiple of 16 bytes:
 GPT-2's LM head (N = 50257, bf16) takes 3.3 ms per call on an H100 that way, and
 0.44 ms padded to 50264 (issue 20). Padding K with zeros adds zero terms, so the
-padded GEMM computes the same sums; padded M rows and N columns are sliced off.
+padded GEMM computes the same sums; padded M rows and N columns are sliced off, and a
+result with padded rows is copied to eager's contiguous layout.
 
 The rule, decided from the shapes (TorchInductor decides by benchmarking,
 ``fx_passes/pad_mm.py``; these are its facts, applied without a benchmark):
@@ -104,6 +105,10 @@ def _emit(gm, node, a, b, bias, pad_m: int, pad_k: int, pad_n: int) -> torch.fx.
         out = build.call(aten.slice.Tensor, out, rank - 2, 0, m)
     if pad_n:
         out = build.call(aten.slice.Tensor, out, rank - 1, 0, n)
+        # the slice's rows keep the padded stride; consumers that depend on the layout
+        # (graph outputs, as_strided, views) get the contiguous result eager returns.
+        # A single pointwise consumer inlines the copy, so it costs nothing there.
+        out = build.call(aten.clone.default, out, memory_format=torch.contiguous_format)
     return out
 
 
