@@ -135,6 +135,18 @@ def test_output_plan_hands_out_outputs_and_tracks_who_holds_them():
     assert not plan.busy()
 
 
+def test_output_plan_rebuilds_views_of_inputs_in_their_own_dtype():
+    x = torch.randn(2, 4)
+    outputs = (x.view(torch.int32)[1], x.view(torch.float16)[1, 2:], x[1, 1:3])
+    plan = cudagraphs._OutputPlan(outputs, [x])
+    new_x = torch.randn(3, 2, 4)[1]  # at a storage offset
+    as_int, as_half, part = plan.outputs([new_x])
+    assert as_int.dtype == torch.int32 and torch.equal(as_int, new_x.view(torch.int32)[1])
+    assert as_half.dtype == torch.float16  # compared as bits: random fp32 bits may be NaN halves
+    assert torch.equal(as_half.view(torch.int16), new_x.view(torch.int16)[1, 2:])
+    assert torch.equal(part, new_x[1, 1:3]) and part.data_ptr() == new_x[1, 1:3].data_ptr()
+
+
 def _fake_record(runner, args, signature, instances):
     """A stand-in for a capture on CPU: a 'replay' writes x * w into one output buffer."""
     inputs = list(args)

@@ -434,9 +434,9 @@ class _OutputPlan:
                 self.steps.append(("owned", out))
             elif out is inputs[i]:
                 self.steps.append(("input", i))
-            else:
-                offset = out.storage_offset() - inputs[i].storage_offset()
-                self.steps.append(("view", (i, tuple(out.shape), out.stride(), offset)))
+            else:  # a view of an input, perhaps of another dtype (x.view(torch.int32))
+                offset = out.storage_offset() * out.element_size() - inputs[i].storage_offset() * inputs[i].element_size()
+                self.steps.append(("view", (i, tuple(out.shape), out.stride(), offset, out.dtype)))
         # each storage once: outputs may be views of one buffer
         self._storages = list(dict.fromkeys(t.untyped_storage()._cdata for kind, t in self.steps if kind == "owned"))
         self._baseline: list[tuple[int, int]] = []
@@ -460,8 +460,14 @@ class _OutputPlan:
             elif kind == "repeat":
                 result.append(result[value])
             elif kind == "view":
-                i, size, stride, offset = value
-                result.append(inputs[i].as_strided(size, stride, inputs[i].storage_offset() + offset))
+                i, size, stride, offset, dtype = value
+                base = inputs[i]
+                start = base.storage_offset() * base.element_size() + offset  # bytes
+                if dtype == base.dtype:
+                    result.append(base.as_strided(size, stride, start // base.element_size()))
+                else:
+                    view = torch.empty((0,), dtype=dtype, device=base.device)
+                    result.append(view.set_(base.untyped_storage(), start // view.element_size(), size, stride))
             else:
                 result.append(value)
         return self.container(result) if self.container else result[0]
