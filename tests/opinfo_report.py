@@ -11,7 +11,7 @@ Letters: ``K`` passed and a generated kernel ran; ``E`` passed with aten externs
 (those externs are listed with ``--externs``); ``x`` failed as `opinfo_expected.XFAIL`
 says; ``F`` failed unexpectedly; ``P`` passed although listed in XFAIL; ``s`` skipped;
 ``.`` the mode does not apply. The whole table takes about as long as the test
-(~22 minutes of one core; ``--jobs`` divides it).
+(~10 minutes on 2 cores; ``--jobs`` divides it).
 """
 
 from __future__ import annotations
