@@ -47,9 +47,6 @@ XFAIL: dict[tuple[str, str], str] = {
         "atomic_add needs all three alike (indexed-write lowering)")
        for name in ("quantile", "nanquantile", "nn.functional.multi_margin_loss",
                     "nn.functional.multilabel_margin_loss")},
-    ("nn.functional.layer_norm", "dynamic"): (
-        "IndexError in codegen/kernel.py's _codegen_node: with a symbolic row length the reduction is "
-        "generated as looped (not persistent) in a kernel that opened no reduction loop (cg.scopes[-2])"),
     ("roll", "dynamic"): (
         "LoweringError: roll by a symbolic shift raises NoLowering inside fx_lowering/data_movement.py's "
         "index remapping, where the graph no longer turns it into an extern call"),

@@ -350,3 +350,18 @@ def test_dynamic_shapes_take_the_looped_form(name, tmp_path):
     names = kernel_names(tmp_path)
     assert len(names) == 1 and names[0].startswith("red_"), names
     assert not extern_ops()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_mean_and_variance_over_a_single_element(dynamic):
+    """A Welford reduction over one element is the element and 0 (pointwise): LayerNorm
+    and var_mean over a size-1 dimension compile (dynamic=True lowered a reduction in a
+    kernel with no reduction loop)."""
+    def fn(x, w, b):
+        return F.layer_norm(x, w.shape, w, b), torch.var_mean(x, -1, correction=0)
+
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=dynamic)
+    for shape in ((1, 2, 1), (3, 4, 1)):
+        x, w, b = torch.randn(shape), torch.randn(1), torch.randn(1)
+        check_outputs(compiled(x, w, b), fn, (x, w, b))
+    assert counters["graphs_fallback"] == 0 and not extern_ops()

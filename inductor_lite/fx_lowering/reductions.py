@@ -186,7 +186,16 @@ class ReductionBuilder:
         return self._realize(final, hint)
 
     def welford(self) -> tuple[StorageBox, StorageBox]:
-        """Realized (mean, M2) of the values, one ``welford_reduce`` (fp32/fp64)."""
+        """(mean, M2) of the values: one realized ``welford_reduce`` (fp32/fp64), or, over
+        a single element, that element and 0 (pointwise: a kernel has no reduction
+        over one element)."""
+        if self.rnumel == 1:
+            rindex = [sympy.Integer(0)] * len(self.dims)
+            mean = Pointwise(ranges=list(self.out_size), inner_fn=lambda idx: self.value(idx, rindex),
+                             dtype=self.src_dtype, device=self.ctx.device, origins=self._origins())
+            m2 = Pointwise(ranges=list(self.out_size), inner_fn=lambda idx: const(0.0, self.src_dtype),
+                           dtype=self.src_dtype, device=self.ctx.device, origins=self._origins())
+            return StorageBox(mean), StorageBox(m2)
         base = Reduction(ranges=list(self.out_size), inner_fn=self.value, dtype=self.src_dtype,
                          device=self.ctx.device, origins=self._origins(),
                          reduction_ranges=list(self.reduction_ranges), reduction_type="welford_reduce",
