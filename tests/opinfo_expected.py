@@ -47,9 +47,6 @@ XFAIL: dict[tuple[str, str], str] = {
         "atomic_add needs all three alike (indexed-write lowering)")
        for name in ("quantile", "nanquantile", "nn.functional.multi_margin_loss",
                     "nn.functional.multilabel_margin_loss")},
-    ("roll", "dynamic"): (
-        "LoweringError: roll by a symbolic shift raises NoLowering inside fx_lowering/data_movement.py's "
-        "index remapping, where the graph no longer turns it into an extern call"),
     ("logcumsumexp", "backward"): (
         "ill-conditioned sample: the gradient is exp(a) - exp(b) of two nearly equal reverse logcumsumexps "
         "in fp32; ours and eager's (CPU eager accumulates in fp64) are each about 4e-3 from the fp64 "

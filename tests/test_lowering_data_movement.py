@@ -171,6 +171,17 @@ def test_reflection_and_replication_padding(dtype):
     check(fn, rand(2, 3, 8, dtype=dtype), rand(2, 3, 5, 7, dtype=dtype), rand(1, 2, 3, 4, 5, dtype=dtype))
 
 
+def test_roll_by_a_symbolic_shift_is_an_extern():
+    """``roll(x, x.shape[-1] // 2)`` under dynamic shapes: the shift is a size symbol, so
+    the roll runs as an extern call (it raised inside the kernel's index function)."""
+    with config.patch(fallback_on_error=False):
+        fn = torch.compile(lambda x: torch.roll(x, x.shape[-1] // 2, -1) * 2, backend="inductor_lite", dynamic=True)
+        for n in (6, 9):
+            x = torch.randn(2, n)
+            torch.testing.assert_close(fn(x), torch.roll(x, n // 2, -1) * 2)
+    assert inductor_lite.counters["extern.aten.roll.default"] >= 1
+
+
 def test_padding_flip_roll_dynamic_shapes():
     fn = torch.compile(lambda x: F.pad(torch.roll(x.flip(-1), 3, -1), (2, 1), mode="reflect"),
                        backend="inductor_lite", dynamic=True)

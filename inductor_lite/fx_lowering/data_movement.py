@@ -214,8 +214,6 @@ def _lower_flip(ctx, x, dims):
 
 def _rolled(i: Expr, shift, n: Expr) -> Expr:
     """The source position of output position ``i`` of a dimension of ``n`` rolled by ``shift``."""
-    if isinstance(shift, sympy.Expr) and not shift.is_number:
-        raise NoLowering("roll by a symbolic shift")
     n = as_expr(n)
     if n.is_number:
         return ModularIndexing(i + (int(n) - int(shift) % int(n)), 1, n)
@@ -229,6 +227,9 @@ def _rolled(i: Expr, shift, n: Expr) -> Expr:
 
 @register_lowering(aten.roll.default)
 def _lower_roll(ctx, x, shifts, dims=()):
+    # checked here, not in the index function: that runs later, inside a kernel's body
+    if any(isinstance(s, sympy.Expr) and not s.is_number for s in shifts):
+        raise NoLowering("roll by a symbolic shift")
     size = x.get_size()
     if not dims:  # roll the flattened tensor
         if len(shifts) != 1:
