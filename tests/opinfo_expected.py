@@ -41,12 +41,6 @@ XFAIL: dict[tuple[str, str], str] = {
     ("nn.functional.multilabel_margin_loss", "reference"): _MARGIN_LOSS_0D,
     ("nn.functional.interpolate.bilinear", "reference"): _RESAMPLE.format(mode="bilinear"),
     ("nn.functional.interpolate.bicubic", "reference"): _RESAMPLE.format(mode="bicubic"),
-    **{(name, "backward"): (
-        "DSL CompilationError: the gradient's scatter_add becomes an atomic_add whose destination index is "
-        "a scalar (the same element for the whole block) but whose value and mask are blocks; the DSL's "
-        "atomic_add needs all three alike (indexed-write lowering)")
-       for name in ("quantile", "nanquantile", "nn.functional.multi_margin_loss",
-                    "nn.functional.multilabel_margin_loss")},
     ("logcumsumexp", "backward"): (
         "ill-conditioned sample: the gradient is exp(a) - exp(b) of two nearly equal reverse logcumsumexps "
         "in fp32; ours and eager's (CPU eager accumulates in fp64) are each about 4e-3 from the fp64 "

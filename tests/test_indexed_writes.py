@@ -175,6 +175,12 @@ def test_index_add(device, dtype):
     check(lambda x, i, s: x.index_add(1, i, s, alpha=2), x, index, source)
 
 
+def test_scatter_add_through_a_constant_index(device):
+    # the index is a constant (zeros made in the graph, as in the margin losses'
+    # backwards): the destination is one address while the value and mask are blocks
+    check(lambda x, s: torch.scatter_add(x, 0, torch.zeros(6, dtype=torch.long), s), rand(4), rand(6))
+
+
 def test_scatter_after_scatter_keeps_their_order(device):
     # the second store overwrites the first where their indices meet; x stays intact
     def fn(x, i, j):

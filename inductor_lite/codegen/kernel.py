@@ -384,6 +384,10 @@ class KernelCodegen(OpsHandler):
                 self.scope.lines.append(f'dl.device_assert({in_bounds} | ~{lanes}, "index out of bounds")')
         mask = self._mask(index)
         value = self._typed(value)
+        if not self.simplify(index).free_symbols & self.tile_symbols:
+            # every lane writes one element (scatter_add of a block into a single
+            # output): a block of equal pointers, shaped like the value and the mask
+            offset = f"{offset} + 0 * xindex"
         if mode == "atomic_add":
             self.scope.lines.append(f'dl.atomic_add({ptr} + ({offset}), {value}, mask={mask}, sem="relaxed")')
         else:
