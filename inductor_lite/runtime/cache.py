@@ -165,6 +165,31 @@ def decode_entry(data: bytes, key: str) -> CompiledBinary:
         raise CorruptEntryError(f"unparsable entry: {e}") from e
 
 
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder (created if
+    missing), fsynced, then ``os.replace``d over ``path``: a reader sees the whole file
+    or none, and concurrent writers of one path leave one whole file.
+
+    Raises:
+        OSError: the folder or the file cannot be written (no temp file is left).
+    """
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)[:16]}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
 class BinaryCache:
     """On-disk cache of `CompiledBinary` keyed by `cache_key`.
 
@@ -219,25 +244,10 @@ class BinaryCache:
         path = self.path(key)
         if not self.enabled:
             return
-        data = encode_entry(key, binary)
         try:
-            os.makedirs(self.directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:16]}.", suffix=".tmp")
+            write_atomically(path, encode_entry(key, binary))
         except OSError as e:
-            self._disable(f"cannot write to {self.directory}: {e}")
-            return
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as e:
-            self._remove(tmp)
             self._disable(f"cannot write {path}: {e}")
-        except BaseException:
-            self._remove(tmp)
-            raise
 
     def _remove(self, path: str) -> None:
         try:

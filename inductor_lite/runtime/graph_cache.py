@@ -82,7 +82,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import warnings
 from typing import Any, Callable, Optional, TypeVar
 
@@ -93,6 +92,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from ..config import Config, config
 from ..counters import counters
 from ..logs import log_artifact
+from .cache import write_atomically
 
 FORMAT_VERSION = 1
 MAGIC = b"inductor_lite-graph\x00"
@@ -382,25 +382,10 @@ class GraphCache:
         path = self.path(key)
         if not self.enabled:
             return
-        data = encode_entry(key, graph)
         try:
-            os.makedirs(self.directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:16]}.", suffix=".tmp")
+            write_atomically(path, encode_entry(key, graph))
         except OSError as e:
-            self._disable(f"cannot write to {self.directory}: {e}")
-            return
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as e:
-            self._remove(tmp)
             self._disable(f"cannot write {path}: {e}")
-        except BaseException:
-            self._remove(tmp)
-            raise
 
     def _miss(self, name: str, key: str) -> None:
         counters["graph_cache_misses"] += 1
