@@ -85,7 +85,9 @@ WARM_START_SCRIPT = textwrap.dedent("""
         backend.GraphLowering = NoLowering
 
     def f(x, w):
-        scale = torch.tensor([0.5, 2.0, -1.0, 3.0], dtype=x.dtype)  # a tensor constant
+        # a tensor constant; the device is explicit because Dynamo (torch 2.11) ignores
+        # torch.set_default_device for torch.tensor (pytorch/pytorch#175953): cuda * cpu
+        scale = torch.tensor([0.5, 2.0, -1.0, 3.0], dtype=x.dtype, device=x.device)
         y = torch.relu(x @ w) * scale
         return y.softmax(-1) + y.sum(0)
 
