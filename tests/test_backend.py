@@ -155,6 +155,19 @@ def test_dtypes(dtype, poison_empty):
     torch.testing.assert_close(got[1], want[1], rtol=tol(dtype), atol=tol(dtype))
 
 
+def test_zero_dim_cpu_tensors_mix_with_device_tensors(device, poison_empty):
+    """Eager reads a 0-d CPU tensor next to CUDA tensors as a scalar: a graph input and a
+    constant made inside the function (lifted by dynamo) both reach the kernel."""
+    def fn(x, s):
+        y = torch.where(x > 0, x * s, torch.tensor(-1.5, device="cpu")) + s
+        return torch.index_put(y, (torch.arange(3),), torch.tensor(7.0, device="cpu"))
+
+    x, s = torch.randn(1000), torch.tensor(2.5, device="cpu")
+    got = torch.compile(fn, backend="inductor_lite")(x, s)
+    torch.testing.assert_close(got, fn(x, s), rtol=0, atol=0)
+    assert inductor_lite.counters["extern_calls"] == 0
+
+
 def test_externs_are_counted(poison_empty):
     def fn(x, w, g, b):
         h = F.layer_norm(x, (8,), g, b)

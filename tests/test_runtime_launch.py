@@ -335,3 +335,6 @@ def test_tuned_launcher_fast_path_context_errors_cache_and_interpreter(stub):
     with pytest.raises(ValueError, match="unknown argument kinds"):
         tuned_launcher.bind_tuned_launcher(scale_kernel, 0, ("tensor", "tensor", "float"),
                                            [heuristics.Config.of(4, XBLOCK=32)], grid=((2, "XBLOCK"),))
+    with pytest.raises(ValueError, match=r"mutated positions \[2\] must name tensor arguments"):
+        tuned_launcher.bind_tuned_launcher(scale_kernel, 0, ("tensor", "tensor", "int"),
+                                           [heuristics.Config.of(4, XBLOCK=32)], grid=((2, "XBLOCK"),), mutated=(2,))

@@ -236,8 +236,9 @@ class WrapperCodegen:
         numel = sympy.sympify(kernel.numel)
         if numel.is_number and int(numel) == 0:
             return
-        args = [value if kind == "buffer" else self._expr(value) for kind, value in kernel.call_args]
         device = self._kernel_device(kernel)
+        args = [self._buffer_arg(value, device) if kind == "buffer" else self._expr(value)
+                for kind, value in kernel.call_args]
         config = kernel.config
         if device is None or device.type != "cuda":
             blocks = config.kwargs
@@ -249,9 +250,13 @@ class WrapperCodegen:
         kinds = _tuple([repr("tensor" if kind == "buffer" else "int") for kind, _ in kernel.call_args])
         launcher = f"launch_{kernel.name}"
         configs = "[" + ", ".join(_config_source(c) for c in kernel.configs) + "]"
+        # outputs written over storage the kernel also reads: tuning runs them on copies
+        overwritten = set(inplace) | {n.name for n in group.nodes if isinstance(n.node, ScatterBuffer)}
+        mutated = tuple(i for i, (kind, value) in enumerate(kernel.call_args)
+                        if kind == "buffer" and value in overwritten)
         self.bindings.append(
             f"{launcher} = bind_tuned_launcher({kernel.name}, {self.out.device(device)}, {kinds}, {configs}, "
-            f"grid={kernel.grid!r})"
+            f"grid={kernel.grid!r}" + (f", mutated={mutated!r})" if mutated else ")")
         )
         self.out.line(f"{launcher}({', '.join(args)})")
 
@@ -262,9 +267,33 @@ class WrapperCodegen:
         return f"dl.cdiv({self._expr(numel)}, {block})"
 
     def _kernel_device(self, kernel: KernelSource) -> Optional[torch.device]:
-        """The device of a kernel's tensor arguments; None when it has none or they disagree."""
-        devices = {self._device_of(value) for kind, value in kernel.call_args if kind == "buffer"}
+        """The device of a kernel's tensor arguments, not counting 0-d CPU tensors next
+        to CUDA ones (eager reads those as scalars); None when it has none or they
+        disagree."""
+        names = [value for kind, value in kernel.call_args if kind == "buffer"]
+        devices = {self._device_of(n) for n in names}
+        if len(devices) > 1:
+            devices = {self._device_of(n) for n in names if not self._is_cpu_scalar(n)}
         return devices.pop() if len(devices) == 1 else None
+
+    def _is_cpu_scalar(self, name: str) -> bool:
+        layout = (self.scheduler.buffers.get(name) or self.graph.graph_inputs[name]).layout
+        return layout.device.type == "cpu" and len(layout.size) == 0
+
+    def _buffer_arg(self, name: str, device: Optional[torch.device]) -> str:
+        """How a kernel on ``device`` is passed buffer ``name``: by name, or, for a 0-d CPU
+        tensor read by a CUDA kernel, as a copy on the device (a constant's copy is made
+        once, when the module loads)."""
+        if device is None or device.type != "cuda" or not self._is_cpu_scalar(name):
+            return name
+        constant = self.graph.graph_inputs.get(name)
+        if constant is None or not constant.is_constant:
+            return f"{name}.to({self.out.device(device)}, non_blocking=True)"
+        copy = f"{name}_{self.out.device(device)}"
+        line = f"{copy} = {name}.to({self.out.device(device)})"
+        if line not in self.bindings:
+            self.bindings.append(line)
+        return copy
 
     def _extern_step(self, node, step: int) -> None:
         buf = node.node

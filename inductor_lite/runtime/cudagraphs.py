@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -361,6 +362,7 @@ class CUDAGraphRunner:
                 if _binaries_loaded() != loaded:
                     raise RuntimeError("a kernel binary was built or loaded during capture")
         except Exception as error:  # noqa: BLE001 - any capture failure means plain launches
+            _reset_generators_after_failed_capture(stream)
             self.disabled = True
             record_skip(self.name, f"capture failed: {type(error).__name__}: {error}")
             return _OutputPlan(warmup_outputs, graph_inputs).outputs(inputs)
@@ -501,6 +503,19 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
     if stream is None:
         stream = _side_streams[device] = torch.cuda.Stream(device)
     return stream
+
+
+def _reset_generators_after_failed_capture(stream: torch.cuda.Stream) -> None:
+    """Take the CUDA random generators out of capture mode after a failed capture.
+
+    A capture that fails never reaches the epilogue of ``CUDAGraph::capture_end``, so the
+    generators it registered stay in capture mode and the next random op outside a
+    capture raises "Offset increment outside graph capture encountered unexpectedly".
+    An empty capture on the same stream runs the prologue and the epilogue again."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that the graph is empty
+        with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream):
+            pass
 
 
 def _binaries_loaded() -> int:

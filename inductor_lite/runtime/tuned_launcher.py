@@ -66,7 +66,8 @@ from ..config import config
 
 
 def bind_tuned_launcher(kernel: Any, device: int | str | torch.device, arg_kinds: Sequence[str],
-                        configs: Sequence[Any], grid: Sequence[tuple[int, str]]) -> Callable[..., None]:
+                        configs: Sequence[Any], grid: Sequence[tuple[int, str]],
+                        mutated: Sequence[int] = ()) -> Callable[..., None]:
     """``launch(*args)`` for a generated ``kernel`` on ``device``.
 
     Args:
@@ -75,6 +76,11 @@ def bind_tuned_launcher(kernel: Any, device: int | str | torch.device, arg_kinds
         configs: `heuristics.Config` candidates, the default first.
         grid: ``(argument position, block name)`` per tiled axis, e.g.
             ``((3, "XBLOCK"),)``: the launch runs ``prod(cdiv(args[i], block))`` programs.
+        mutated: positions of tensor arguments the kernel writes over memory it also
+            reads (an output in place over a dead input, a scatter's target). Tuning
+            launches each candidate many times, so it writes these into scratch copies
+            (TorchInductor's autotuner clones its ``mutated_arg_names`` likewise); the
+            chosen config then launches once on the real arguments.
 
     Raises:
         ValueError: an argument kind other than ``tensor``/``int``, no configs, no grid
@@ -88,7 +94,10 @@ def bind_tuned_launcher(kernel: Any, device: int | str | torch.device, arg_kinds
         raise ValueError(f"kernel {kernel.name!r}: unknown argument kinds {unknown}; expected 'tensor' or 'int'")
     if not configs or not grid or any(block not in c.kwargs for c in configs for _, block in grid):
         raise ValueError(f"kernel {kernel.name!r}: needs configs that set every grid block size {list(grid)}")
-    return _TunedLauncher(kernel, _device_index(device), tuple(arg_kinds), list(configs), tuple(grid)).launch
+    if any(not 0 <= i < len(arg_kinds) or arg_kinds[i] != "tensor" for i in mutated):
+        raise ValueError(f"kernel {kernel.name!r}: mutated positions {list(mutated)} must name tensor arguments")
+    return _TunedLauncher(kernel, _device_index(device), tuple(arg_kinds), list(configs), tuple(grid),
+                          tuple(mutated)).launch
 
 
 def _constexprs(config) -> dict:
@@ -100,8 +109,9 @@ _launcher_ids = itertools.count()
 
 
 class _TunedLauncher:
-    def __init__(self, kernel, device: int, arg_kinds: tuple, configs: list, grid: tuple):
+    def __init__(self, kernel, device: int, arg_kinds: tuple, configs: list, grid: tuple, mutated: tuple):
         self.kernel = kernel
+        self.mutated = mutated
         self.device = torch.device("cuda", device)
         self.configs = configs
         self.launchers = [bind_launcher(kernel, device, arg_kinds, c.num_warps, num_stages=c.num_stages,
@@ -195,9 +205,13 @@ class _TunedLauncher:
             return 0
 
         position = {c: i for i, c in enumerate(self.configs)}
+        scratch = list(args)
+        for i in self.mutated:
+            scratch[i] = torch.empty_strided(args[i].size(), args[i].stride(), dtype=args[i].dtype,
+                                             device=args[i].device)
 
         def run(config) -> None:
             i = position[config]
-            self.launchers[i]((self._programs(i, args), 1, 1), *args)
+            self.launchers[i]((self._programs(i, args), 1, 1), *scratch)
 
         return position[autotune(self.tune_name, key, self.configs, run, self.device)]
