@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import inductor_lite
 from inductor_lite.codegen import runtime_helpers
 from inductor_lite.config import config
+from inductor_lite.dsl import interpreter
 
 INF, NAN = math.inf, math.nan
 EDGES = [0.0, -0.0, INF, -INF, NAN]
@@ -230,6 +231,46 @@ def test_binary_bf16():
     for name, got, want in zip(names, compile_and_run(fn, *inputs), fn(*inputs)):
         assert got.dtype == want.dtype, name
         torch.testing.assert_close(got, want, equal_nan=True, atol=1e-2, rtol=1.6e-2, msg=name)
+
+
+BESSEL_I = {"i0": torch.i0, "special_i1": torch.special.i1, "modified_bessel_i0": torch.special.modified_bessel_i0,
+            "modified_bessel_i1": torch.special.modified_bessel_i1}
+
+
+def _as_libdevice(fn):
+    """``fn`` as libdevice's cyl_bessel_i0/i1 compute it: the true value (from fp64),
+    finite up to |x| = 91.9, and +-inf at +-inf (eager: inf from |x| = 88.72, NaN at +-inf)."""
+    def emulated(x):
+        at_inf = fn(torch.tensor([1.0, -1.0], dtype=torch.float64)).sign() * math.inf
+        r = torch.where(x == math.inf, at_inf[0], torch.where(x == -math.inf, at_inf[1], fn(x.double())))
+        return r.to(x.dtype)
+
+    return emulated
+
+
+@pytest.mark.parametrize("name", sorted(BESSEL_I))
+def test_bessel_i_overflow_and_infinities_match_eager(name, device, monkeypatch):
+    """Eager computes exp(|x|) * series / sqrt(|x|): +-inf once exp(|x|) overflows
+    (fp32's last finite exp is at 88.7228317), NaN at +-inf, +0.0 at -0.0. On CPU the
+    interpreter's i0/i1 are replaced by libdevice's semantics (finite up to 91.9, inf
+    at inf), so the lowering must produce eager's values from those; on CUDA libdevice
+    computes them."""
+    if device == "cpu":
+        monkeypatch.setitem(interpreter._UNARY, "cyl_bessel_i0", _as_libdevice(torch.i0))
+        monkeypatch.setitem(interpreter._UNARY, "cyl_bessel_i1", _as_libdevice(torch.special.i1))
+    edges = [88.0, 88.72283172607422, 88.72283935546875, 89.0, 90.0, 91.5, 95.0, 1e30, INF, NAN, 0.0, 8.0, 7.5]
+    x = torch.tensor(edges + [-v for v in edges])
+    fn = BESSEL_I[name]
+    got = compile_and_run(fn, x)
+    eager = fn(x)
+    assert_close_to_reference(got, eager, fn(x.double()))
+    number = ~eager.isnan()
+    assert torch.equal(got[number].signbit(), eager[number].signbit()), (got, eager)
+    # fp64 overflows from exp(709.79); bf16 computes in fp32 (eager has no bf16 modified_bessel_*)
+    for dtype in (torch.float64,) if name.startswith("modified") else (torch.float64, torch.bfloat16):
+        torch._dynamo.reset()
+        x = torch.tensor(edges + [709.0, 710.0] + [-v for v in edges], dtype=dtype)
+        torch.testing.assert_close(compile_and_run(fn, x), fn(x), equal_nan=True, msg=str(dtype))
 
 
 def test_scaled_bessel_in_fp64_stays_an_extern():

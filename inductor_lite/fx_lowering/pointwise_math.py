@@ -6,7 +6,8 @@ functions, error, gamma and Bessel functions (``i0``, ``i1``, ``bessel_j0/j1/y0/
 and bitwise shifts.
 
 Where libdevice has the function it is one ``ops`` call (one DSL math call, one
-``__nv_*`` call on the GPU, torch's own function in the interpreter). ``digamma``
+``__nv_*`` call on the GPU, torch's own function in the interpreter); ``i0``/``i1``
+add eager's overflow and infinities around libdevice's value (`_bessel_i`). ``digamma``
 and ``trigamma``, which libdevice lacks, are composed from ``ops`` after ATen's; the
 rest follows the formulas ATen's CPU kernels use, so edge values (NaN, +-inf,
 -0.0, poles) match eager.
@@ -30,12 +31,34 @@ def _unary(op: str):
 
 
 # ops.<name> for aten.<name>; integers compute in the default float dtype, as torch.
-for _name in ("acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfinv", "lgamma",
-              "i0"):
+for _name in ("acos", "asin", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfinv", "lgamma"):
     register_pointwise([getattr(aten, _name).default], _unary(_name), Kind.INT_TO_FLOAT)
-register_pointwise([aten.special_i1.default, aten.special_modified_bessel_i1.default], _unary("i1"),
+
+
+def _bessel_i(op: str):
+    """``i0`` or ``i1`` with eager's special values. ATen (``calc_i0``/``calc_i1`` and
+    ``modified_bessel_i0/i1_forward``, CPU and CUDA alike) evaluates Cephes' series,
+    beyond ``|x| = 8`` as ``exp(|x|) * series / sqrt(|x|)`` in the compute dtype: so
+    +-inf once ``exp(|x|)`` overflows (``|x| > 88.72`` in fp32, though I0 itself is
+    finite up to 91.9) and NaN at +-inf (inf / inf), where libdevice's
+    ``cyl_bessel_i0/i1`` give the finite value and +-inf. Here libdevice's value on
+    ``|x|``, replaced by ``exp(|x|) / sqrt(|x|)`` where ``exp(|x|)`` is inf; the odd
+    ``i1`` takes the sign of ``x < 0`` (+0.0 at -0.0, as ATen)."""
+
+    def fn(dt, x):
+        a = ops.abs(x)
+        e = ops.exp(a)
+        result = ops.where(ops.isinf(e), ops.truediv(e, ops.sqrt(a)), getattr(ops, op)(a))
+        if op == "i1":
+            result = ops.where(ops.lt(x, const(0.0, dt)), ops.neg(result), result)
+        return result
+
+    return fn
+
+
+register_pointwise([aten.i0.default, aten.special_modified_bessel_i0.default], _bessel_i("i0"), Kind.INT_TO_FLOAT)
+register_pointwise([aten.special_i1.default, aten.special_modified_bessel_i1.default], _bessel_i("i1"),
                    Kind.INT_TO_FLOAT)
-register_pointwise([aten.special_modified_bessel_i0.default], _unary("i0"), Kind.INT_TO_FLOAT)
 register_pointwise([aten.special_erfcx.default], _unary("erfcx"), Kind.INT_TO_FLOAT)
 register_pointwise([aten.special_ndtri.default], _unary("ndtri"), Kind.INT_TO_FLOAT)
 
