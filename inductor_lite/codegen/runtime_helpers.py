@@ -15,6 +15,8 @@ equivalents below stand in where a torch build lacks them.
     An uninitialised CPU tensor; ``size`` and ``stride`` must be tuples of ints.
 ``empty_strided_cuda(size, stride, dtype)``
     The same on the *current* CUDA device (the wrapper sets it around ``call``).
+``constant_on(tensor, device)``
+    A graph constant's copy on ``device``, made once when the module loads.
 """
 
 from __future__ import annotations
@@ -55,6 +57,14 @@ def direct_op(op: Any) -> Callable:
     if type(op) is torch._ops.OpOverload and callable(getattr(op, "_op", None)):
         return op._op
     return op
+
+
+def constant_on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A real copy of graph constant ``tensor`` on ``device`` (a 0-d CPU constant that a
+    CUDA kernel reads). Modules load while the compiler's fake mode may be active, where
+    ``tensor.to`` would make a fake tensor: the copy is made outside it."""
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        return tensor.to(device)
 
 
 def ensure_strides(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:

@@ -290,7 +290,7 @@ class WrapperCodegen:
         if constant is None or not constant.is_constant:
             return f"{name}.to({self.out.device(device)}, non_blocking=True)"
         copy = f"{name}_{self.out.device(device)}"
-        line = f"{copy} = {name}.to({self.out.device(device)})"
+        line = f"{copy} = constant_on({name}, {self.out.device(device)})"
         if line not in self.bindings:
             self.bindings.append(line)
         return copy
@@ -395,7 +395,7 @@ class WrapperCodegen:
             "import torch",
             "import inductor_lite.dsl as dl",
             "from inductor_lite.codegen.runtime_helpers import (",
-            "    direct_op, empty_strided_cpu, empty_strided_cuda, ensure_strides, reinterpret_tensor,",
+            "    constant_on, direct_op, empty_strided_cpu, empty_strided_cuda, ensure_strides, reinterpret_tensor,",
             ")",
         ]
         if self.bindings:
