@@ -12,6 +12,7 @@ on CPU (the DSL interpreter) and, marked `gpu`, on CUDA.
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._sympy.functions import Mod, PythonMod
 
 import inductor_lite
 from inductor_lite.codegen import runtime_helpers
@@ -52,12 +53,13 @@ def _externs(allowed=()) -> list[str]:
     return sorted(k for k in inductor_lite.counters if k.startswith("extern.") and k not in allowed)
 
 
-def check(fn, x, *, backward=True, externs=(), exact=False):
+def check(fn, x, *, backward=True, externs=(), exact=False, reference_input=None):
     """``fn(x)`` compiled matches eager (and, with ``backward``, so does the gradient of
     its first output for a random output gradient); one kernel or more ran, and no
-    extern call but ``externs``."""
+    extern call but ``externs``. Eager runs on ``reference_input`` when given: ``x``'s
+    values in another layout, where eager's kernel for ``x``'s layout is wrong."""
     x_got = x.detach().clone().requires_grad_(backward)
-    x_ref = x.detach().clone().requires_grad_(backward)
+    x_ref = (x if reference_input is None else reference_input).detach().clone().requires_grad_(backward)
     got = _tuple(torch.compile(fn, backend="inductor_lite")(x_got))
     expected = _tuple(fn(x_ref))
     tol = dict(rtol=0, atol=0) if exact else TOLERANCES[x.dtype]
@@ -66,7 +68,7 @@ def check(fn, x, *, backward=True, externs=(), exact=False):
         assert not g.is_floating_point() or not g.isnan().any()
         torch.testing.assert_close(g, e, **(tol if g.is_floating_point() else dict(rtol=0, atol=0)))
     if backward:
-        grad = torch.randn_like(expected[0])
+        grad = torch.randn_like(got[0])  # in the layout the compiled backward was traced for
         got[0].backward(grad)
         expected[0].backward(grad)
         torch.testing.assert_close(x_got.grad, x_ref.grad, **TOLERANCES[x.dtype])
@@ -169,10 +171,29 @@ def test_avg_pool2d(case, dtype):
           randn(2, 3, 11, 10, dtype=dtype))
 
 
+# Eager's CUDA channels_last avg_pool2d backward ignores the padding (the NHWC kernel
+# of aten/src/ATen/native/cuda/AveragePool2d.cu maps input positions to windows without
+# the padding offset): a silently wrong gradient, pytorch/pytorch#188344, fixed by
+# pytorch/pytorch#188345 (July 2026; torch 2.11 has the bug). Padded channels_last
+# cases compare against eager on a contiguous copy (the NCHW kernel is right).
+
+
 @pytest.mark.parametrize("layout", ["channels_last", "transposed"])
 def test_avg_pool2d_layouts_and_unbatched(layout):
-    check(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), randn(2, 4, 9, 7, layout=layout))
+    x = randn(2, 4, 9, 7, layout=layout)
+    check(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), x, reference_input=x.contiguous())
     check(lambda x: F.avg_pool2d(x, 2, ceil_mode=True), randn(3, 7, 5))
+
+
+@pytest.mark.parametrize("case", [AVG_POOL_CASES[i] for i in (1, 2, 4)])
+def test_avg_pool2d_backward_channels_last_with_padding(case):
+    """The gradient of a padded pooling of a channels_last input (its output, incoming
+    gradient and input gradient channels_last too) matches eager's NCHW kernel, the
+    eager kernel that is right on CUDA (see above)."""
+    kernel, stride, padding, ceil_mode, count_include_pad, divisor_override = case
+    x = randn(2, 5, 11, 10, layout="channels_last")
+    check(lambda x: F.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override),
+          x, reference_input=x.contiguous())
 
 
 def test_avg_pool2d_large_window_is_a_reduction():
@@ -233,20 +254,48 @@ def test_upsample_channels_last():
 # ---------------------------------------------------------------------------- dynamic shapes
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: F.max_pool2d(x, 2, ceil_mode=True),
-    lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
+def _torch_guards_pooling_remainder() -> bool:
+    """Whether torch's shape function for pooling guards on the remainder of the output
+    size's division by the stride, making Dynamo compile once per remainder.
+
+    Up to torch 2.1x, ``div_rtn`` in ``torch/_meta_registrations.py`` tested
+    ``r != 0`` in a Python ``if`` (a sign fix-up Python's ``//`` does not need);
+    with symbolic sizes that is a guard on ``(H + 2*pad - dilation*(k - 1) - 1
+    [+ stride - 1 with ceil_mode]) % stride``, on any device. Later versions divide
+    with ``//`` alone and add no such guard."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    shape_env = ShapeEnv()
+    mode = torch._subclasses.FakeTensorMode(shape_env=shape_env)
+    x = mode.from_tensor(torch.empty(2, 3, 9, 8, device="cpu"),
+                         symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 4))
+    with mode:
+        torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [], [0, 0], [1, 1], True)
+    return any(g.expr.has(Mod, PythonMod) for g in shape_env.guards)
+
+
+@pytest.mark.parametrize("fn, remainder_guarded", [
+    (lambda x: F.max_pool2d(x, 2, ceil_mode=True), True),
+    (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), False),
 ], ids=["max_pool2d", "upsample_nearest2d"])
-def test_dynamic_shapes(fn):
+def test_dynamic_shapes(fn, remainder_guarded):
     """One compile with symbolic sizes serves inputs of odd and even sizes (no size is
-    1, which dynamo would specialise)."""
+    1, which dynamo would specialise); where torch's pooling shape function guards on
+    the sizes' parity (`_torch_guards_pooling_remainder`: torch 2.11), one compile per
+    (H, W) parity, the fewest torch allows. Our lowering adds no guard either way (a
+    lowering that did would bypass the graph cache)."""
+    sizes = [(2, 3, 9, 8), (3, 2, 6, 11), (2, 2, 7, 7)]
     compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
-    for size in [(2, 3, 9, 8), (3, 2, 6, 11), (2, 2, 7, 7)]:
+    for size in sizes:
         x = torch.randn(size)
         for g, e in zip(_tuple(compiled(x)), _tuple(fn(x))):
             torch.testing.assert_close(g, e, rtol=0, atol=0)
+    expected = 1
+    if remainder_guarded and _torch_guards_pooling_remainder():
+        expected = len({(h % 2, w % 2) for *_, h, w in sizes})
     counters = inductor_lite.counters
-    assert not _externs() and counters["graphs_fallback"] == 0 and counters["graphs_compiled"] == 1
+    assert not _externs() and counters["graphs_fallback"] == 0 and counters["graphs_compiled"] == expected
+    assert counters["graph_cache_bypasses"] == 0
 
 
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
