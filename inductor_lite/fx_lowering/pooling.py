@@ -9,7 +9,9 @@ at each input element the few output elements whose windows cover it (so no atom
 and results are deterministic). Loads that can fall outside the input (padding,
 ``ceil_mode``, adaptive windows shorter than the unrolled bound) are masked: -inf for
 max, 0 for sums. fp16/bf16 compute in fp32; indices are int64 positions ``h * W + w``
-within a plane, as in eager.
+within a plane, as in eager. The backwards follow eager's CPU and NCHW kernels, also
+where eager's CUDA channels_last ``avg_pool2d`` backward differs: before
+pytorch/pytorch#188345 that kernel ignores the padding (a wrong gradient, #188344).
 
 Fallback rule (TorchInductor's, ``torch/_inductor/lowering.py``): a window of more than
 `MAX_UNROLLED_WINDOW` elements, counted as what one output element unrolls (for a
