@@ -24,8 +24,8 @@ Integer semantics match the GPU: two's-complement wrapping, C-style (truncating)
 
 Math functions are torch's, so kernels on CPU compute what eager computes on CPU, bit
 for bit, even where that is not correctly rounded: on MKL builds torch's fp32 ``sqrt``
-(like ``exp``, ``log``, ``sin`` ...) is MKL VML's high-accuracy mode (ATen's
-``vml.h``), within 1 ulp, while PTX's ``sqrt.rn`` (and eager CUDA's ``sqrtf``) is IEEE.
+is MKL VML's ``vsSqrt`` in high-accuracy mode (ATen's ``vml.h``), within 1 ulp, while
+PTX's ``sqrt.rn`` (and eager CUDA's ``sqrtf``) is IEEE.
 """
 
 from __future__ import annotations
