@@ -13,7 +13,10 @@ name so a failure reproduces):
 - values: every output leaf against eager on the same inputs, exact dtype and shape,
   NaN equal, floats within ``torch.testing.assert_close``'s default tolerances for the
   dtype or the op's own OpInfo ``toleranceOverride``/``precisionOverride`` when looser,
-  integers and bools exactly;
+  integers and bools exactly. A float leaf that misses eager's still passes when it is
+  as close to eager's result in a wider dtype (bf16/fp16 inputs in fp32, fp32 in fp64)
+  as eager's own is, twice over: both round, neither is the truth (TorchInductor's tests
+  judge against an fp64 reference the same way);
 - gradients (mode ``backward``): ``torch.autograd.grad`` of the outputs with the same
   random output gradients, compiled against eager, under the same rules;
 - allocations of the generated code start as NaN (floats) or a sentinel (integers),
@@ -147,11 +150,13 @@ def _samples(op, mode: Mode, device: str, seed: int) -> list:
 
 # ---------------------------------------------------------------------- tolerances
 
-_LOW_PRECISION = (torch.bfloat16, torch.float16)
-
 _DEFAULT_TOL = {torch.float32: (1e-5, 1.3e-6), torch.bfloat16: (1e-5, 1.6e-2), torch.float16: (1e-5, 1e-3),
-                torch.float64: (1e-7, 1e-7)}
+                torch.float64: (1e-7, 1e-7), torch.complex32: (1e-5, 1e-3), torch.complex64: (1e-5, 1.3e-6),
+                torch.complex128: (1e-7, 1e-7)}
 """dtype -> (atol, rtol): ``torch.testing.assert_close``'s defaults."""
+
+_REFERENCE_DTYPE = {torch.bfloat16: torch.float32, torch.float16: torch.float32, torch.float32: torch.float64}
+"""A float dtype -> the wider dtype of the reference its results may be judged against."""
 
 
 def tolerance(op, dtype: torch.dtype, device: str) -> tuple[float, float]:
@@ -173,15 +178,18 @@ def tolerance(op, dtype: torch.dtype, device: str) -> tuple[float, float]:
 
 
 def assert_same(got: Any, expected: Any, tol: Callable[[torch.dtype], tuple[float, float]], what: str,
-                values: bool = True, reference: Any = None) -> None:
+                values: bool = True, reference: Callable[[], Any] | None = None,
+                undefined: frozenset[int] = frozenset()) -> None:
     """``got`` against eager's ``expected`` (any pytree of tensors and Python values).
 
     ``tol(dtype)`` gives (atol, rtol) for floating leaves of that dtype; integer and bool
     leaves must be equal. ``values=False`` compares tensors' dtype, shape, device and
-    layout only. ``reference``, eager's result with low-precision inputs upcast to fp32
-    (same structure), admits a low-precision leaf that misses eager's but is as close
-    to the fp32 result as eager's is, twice over, plus ``tol``: rounding intermediates
-    as eager does is not required.
+    layout only; ``undefined`` does so for the leaves at those positions (outputs the op
+    leaves uninitialised). ``reference()``, called once and only if a float leaf misses
+    eager's, gives eager's result on inputs upcast to the wider dtype of
+    `_REFERENCE_DTYPE` (same structure), or None: that leaf still passes when it is as
+    close to the reference as eager's is, twice over, plus ``tol``: rounding
+    intermediates as eager does is not required.
 
     Raises:
         AssertionError: naming the leaf and the difference.
@@ -189,10 +197,15 @@ def assert_same(got: Any, expected: Any, tol: Callable[[torch.dtype], tuple[floa
     got_leaves, got_spec = pytree.tree_flatten(got)
     exp_leaves, exp_spec = pytree.tree_flatten(expected)
     assert got_spec == exp_spec, f"{what}: output structure {got_spec} != eager {exp_spec}"
-    ref_leaves = pytree.tree_leaves(reference) if reference is not None else []
-    if len(ref_leaves) != len(exp_leaves):
-        ref_leaves = [None] * len(exp_leaves)
-    for i, (g, e, r) in enumerate(zip(got_leaves, exp_leaves, ref_leaves)):
+    ref_leaves = []
+
+    def reference_leaf(i: int) -> Any:
+        if not ref_leaves:
+            leaves = pytree.tree_leaves(reference()) if reference is not None else []
+            ref_leaves.extend(leaves if len(leaves) == len(exp_leaves) else [None] * len(exp_leaves))
+        return ref_leaves[i]
+
+    for i, (g, e) in enumerate(zip(got_leaves, exp_leaves)):
         where = f"{what} {i}" if len(exp_leaves) > 1 else what
         if not isinstance(e, torch.Tensor):
             atol, rtol = tol(torch.float64) if isinstance(e, float) else (0, 0)
@@ -201,7 +214,7 @@ def assert_same(got: Any, expected: Any, tol: Callable[[torch.dtype], tuple[floa
         assert isinstance(g, torch.Tensor), f"{where}: {type(g).__name__} where eager gives a tensor"
         assert (g.dtype, g.shape, g.device, g.layout) == (e.dtype, e.shape, e.device, e.layout), \
             f"{where}: {g.dtype}{list(g.shape)} on {g.device}, eager {e.dtype}{list(e.shape)} on {e.device}"
-        if not values:
+        if not values or i in undefined:
             continue
         g, e = g.detach(), e.detach()
         exact = not (e.is_floating_point() or e.is_complex())
@@ -210,14 +223,17 @@ def assert_same(got: Any, expected: Any, tol: Callable[[torch.dtype], tuple[floa
             torch.testing.assert_close(g, e, atol=atol, rtol=rtol, equal_nan=True, check_stride=False,
                                        msg=lambda m: f"{where}: {m}")
         except AssertionError as mismatch:
-            if exact or e.dtype not in _LOW_PRECISION or not isinstance(r, torch.Tensor) or r.shape != e.shape:
+            if e.dtype not in _REFERENCE_DTYPE:
                 raise
-            r = r.detach().float()
+            r = reference_leaf(i)
+            if not isinstance(r, torch.Tensor) or r.shape != e.shape or not r.is_floating_point():
+                raise
+            wide, r = r.dtype, r.detach().double()
             finite = torch.isfinite(e) & torch.isfinite(r)
-            slack = 2 * float((e.float() - r)[finite].abs().max()) if finite.any() else 0.0
-            torch.testing.assert_close(g.float(), r, atol=atol + slack, rtol=rtol, equal_nan=True,
+            slack = 2 * float((e.double() - r)[finite].abs().max()) if finite.any() else 0.0
+            torch.testing.assert_close(g.double(), r, atol=atol + slack, rtol=rtol, equal_nan=True,
                                        check_stride=False,
-                                       msg=lambda m: f"{mismatch}\n\nand against eager in fp32: {where}: {m}")
+                                       msg=lambda m: f"{mismatch}\n\nand against eager in {wide}: {where}: {m}")
 
 
 def _grad_inputs(sample) -> list:
@@ -237,13 +253,43 @@ def _grads(sample, out, grad_outputs):
     return torch.autograd.grad(outs, inputs, grad_outputs, allow_unused=True)
 
 
-def _fp32_reference(fn: Callable, sample) -> Any:
-    """``fn`` on ``sample`` with its low-precision float tensors upcast to fp32."""
-    def up(x):
-        return x.detach().float() if isinstance(x, torch.Tensor) and x.dtype in _LOW_PRECISION else x
+def _upcast(tree: Any, dtype: torch.dtype) -> Any:
+    """``tree`` with float tensors and dtype arguments narrower than ``dtype`` widened to
+    it (a dtype argument such as ``_softmax_backward_data``'s ``input_dtype`` must follow
+    its tensors); widened tensors are new leaves that keep ``requires_grad``, one for each
+    tensor however often it appears."""
+    widened: dict[int, torch.Tensor] = {}
 
-    args = pytree.tree_map(up, (sample.input, sample.args, sample.kwargs))
-    return fn(args[0], *args[1], **args[2])
+    def up(x):
+        if isinstance(x, torch.dtype) and x.is_floating_point and x.itemsize < dtype.itemsize:
+            return dtype
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype.itemsize < dtype.itemsize:
+            if id(x) not in widened:
+                widened[id(x)] = x.detach().to(dtype).requires_grad_(x.requires_grad)
+            return widened[id(x)]
+        return x
+
+    return pytree.tree_map(up, tree)
+
+
+def _reference(fn: Callable, sample, dtype: torch.dtype, grad_outputs: Any = None) -> Any:
+    """Eager's outputs of ``fn`` on ``sample`` upcast to ``dtype`` or, given
+    ``grad_outputs``, its gradients; None where eager cannot run the upcast sample (flash
+    attention has fp16/bf16 kernels only)."""
+    inputs, args, kwargs = _upcast((sample.input, sample.args, sample.kwargs), dtype)
+    try:
+        out = fn(inputs, *args, **kwargs)
+        if grad_outputs is None:
+            return out
+        outs = _differentiable(sample.output_process_fn_grad(out))
+        leaves = [t for t in pytree.tree_leaves((inputs, args, kwargs))
+                  if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not outs or not leaves:
+            return []
+        grads = [g.to(o.dtype) for g, o in zip(grad_outputs, outs)]
+        return torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+    except RuntimeError:
+        return None
 
 
 # -------------------------------------------------------------------------- running
@@ -272,13 +318,16 @@ def _externs() -> set:
     return {k[len("extern."):] for k, v in inductor_lite.counters.items() if k.startswith("extern.") and v}
 
 
-def run_case(op, mode_name: str, device: str, compare: bool = True) -> Outcome:
+def run_case(op, mode_name: str, device: str, compare: bool = True,
+             undefined_outputs: frozenset[int] = frozenset()) -> Outcome:
     """Compile ``op`` on its inputs for mode ``mode_name`` and check it against eager.
 
     Args:
         op: an ``OpInfo`` of `OP_DB`. mode_name: a key of `MODES`. device: ``cpu`` or ``cuda``.
         compare: check values (``False`` for ops whose outputs are undefined, such as
             ``empty``: then only dtypes, shapes and devices are compared).
+        undefined_outputs: positions among the flattened outputs whose values are
+            undefined (compared as ``compare=False`` compares every output).
 
     Returns:
         an `Outcome`: the kernels generated and the extern ops, summed over the samples.
@@ -303,6 +352,13 @@ def run_case(op, mode_name: str, device: str, compare: bool = True) -> Outcome:
     def fn(*args, **kwargs):
         return func(*args, **kwargs)
 
+    def reference(i: int, grad_outputs: Any = None) -> Callable[[], Any] | None:
+        # a third draw, made only when a comparison needs it: eager may have changed its inputs
+        if not compare or mode.dtype not in _REFERENCE_DTYPE:
+            return None
+        return lambda: _reference(fn, _samples(op, mode, device, seed)[i], _REFERENCE_DTYPE[mode.dtype],
+                                  grad_outputs)
+
     outcome = Outcome()
     inductor_lite.reset_counters()
     torch._dynamo.reset()
@@ -313,15 +369,14 @@ def run_case(op, mode_name: str, device: str, compare: bool = True) -> Outcome:
             if not mode.dynamic:
                 torch._dynamo.reset()
                 compiled = torch.compile(fn, backend="inductor_lite")
-            reference = _fp32_reference(fn, es) if mode.dtype in _LOW_PRECISION and compare else None
             expected = fn(es.input, *es.args, **es.kwargs)
             got = compiled(cs.input, *cs.args, **cs.kwargs)
-            assert_same(got, expected, tol, f"{what}: output", compare, reference)
+            assert_same(got, expected, tol, f"{what}: output", compare, reference(i), undefined_outputs)
             if mode.backward:
                 torch.manual_seed(seed + i)
                 grad_outputs = [torch.randn_like(t) for t in _differentiable(es.output_process_fn_grad(expected))]
                 assert_same(_grads(cs, got, grad_outputs), _grads(es, expected, grad_outputs), tol,
-                            f"{what}: gradient")
+                            f"{what}: gradient", reference=reference(i, grad_outputs))
     torch._dynamo.reset()
     outcome.kernels = inductor_lite.counters["kernels_generated"]
     outcome.externs = _externs()

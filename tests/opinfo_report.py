@@ -9,7 +9,7 @@ share of cases where a project kernel ran::
 
 Letters: ``K`` passed and a generated kernel ran; ``E`` passed with aten externs only
 (those externs are listed with ``--externs``); ``x`` failed as `opinfo_expected.XFAIL`
-says; ``F`` failed unexpectedly; ``P`` passed although listed in XFAIL; ``s`` skipped;
+or ``XFAIL_ON`` says; ``F`` failed unexpectedly; ``P`` passed although listed in XFAIL; ``s`` skipped;
 ``.`` the mode does not apply. The whole table takes about as long as the test
 (~10 minutes on 2 cores; ``--jobs`` divides it).
 """
@@ -35,9 +35,10 @@ def _run(index: int, mode_name: str, device: str) -> dict:
     name = harness.full_name(op)
     start = time.perf_counter()
     record = {"op": name, "mode": mode_name, "device": device, "kernels": 0, "externs": [], "error": None}
-    xfail = (name, mode_name) in expected.XFAIL
+    xfail = expected.xfail_reason(name, mode_name, device) is not None
     try:
-        outcome = harness.run_case(op, mode_name, device, compare=name not in expected.UNDEFINED_VALUES)
+        outcome = harness.run_case(op, mode_name, device, compare=name not in expected.UNDEFINED_VALUES,
+                                   undefined_outputs=expected.UNDEFINED_OUTPUTS.get(name, frozenset()))
     except Exception as e:  # noqa: BLE001 - any failure is a result to report
         record["status"] = "x" if xfail else "F"
         record["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
             continue
         if any(mark.name == "skip" for mark in param.marks):
             records.append({"op": name, "mode": mode_name, "device": device, "status": "s", "kernels": 0,
-                            "externs": [], "error": expected.SKIP[name], "seconds": 0.0})
+                            "externs": [], "error": expected.skip_reason(name, device), "seconds": 0.0})
         else:
             todo.append((index[id(op)], mode_name, device))
     # spawn: a forked worker would inherit torch's threads and Dynamo's state mid-way
