@@ -49,11 +49,18 @@ from .scheduler.scheduler import Scheduler
 
 log = logging.getLogger("inductor_lite")
 
-# torch 2.11 neither marks aten._linalg_check_errors effectful nor keeps it from dead-code
-# elimination, so AOTAutograd dropped the check that makes linalg.inv, solve, cholesky &
-# co. raise on a singular input (pytorch/pytorch#182965; torch 2.13 wraps it in
-# with_effects). Kept, it stays a plain call and lowers to an extern.
-torch.fx.node.has_side_effect(torch.ops.aten._linalg_check_errors.default)
+
+def _keep_linalg_error_checks() -> None:
+    """Keeps ``aten._linalg_check_errors`` out of dead-code elimination. torch 2.11 neither
+    registers it as effectful nor keeps it otherwise, so AOTAutograd dropped the check
+    that makes ``linalg.inv``, ``solve``, ``cholesky`` & co. raise on a singular input
+    (pytorch/pytorch#182965; torch 2.13 wraps it in ``with_effects``). Kept, it stays a
+    plain call and lowers to an extern."""
+    torch.fx.node.has_side_effect(torch.ops.aten._linalg_check_errors.default)
+
+
+_keep_linalg_error_checks()
+
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 """torch.compile modes accepted; the mode is recorded on each compiled graph.

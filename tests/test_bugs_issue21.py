@@ -173,6 +173,36 @@ def test_linalg_error_check_raises_like_eager(device):
         compiled(lambda a: torch.linalg.inv(a) + 1)(singular)
 
 
+@pytest.fixture
+def linalg_check_without_effects(monkeypatch):
+    """``aten._linalg_check_errors`` as torch 2.11 has it (not registered as effectful, not
+    side-effectful; 2.13 registers it and marks it side-effectful on its first use through
+    ``with_effects``: both are undone for the test), then with the backend's fix applied."""
+    from torch._higher_order_ops import effects
+
+    op = torch.ops.aten._linalg_check_errors.default
+    monkeypatch.setattr(torch.fx.node, "_side_effectful_functions", torch.fx.node._side_effectful_functions - {op})
+    get, register = getattr(effects, "_get_effect", None), getattr(effects, "_register_effectful_op", None)
+    previous = get(op) if get and register else None
+    if previous is not None:
+        register(op, None)
+    backend_module._keep_linalg_error_checks()
+    try:
+        yield
+    finally:
+        if previous is not None:
+            register(op, previous)
+
+
+def test_linalg_error_check_survives_without_with_effects(device, linalg_check_without_effects):
+    a = torch.randn(4, 4) + 4 * torch.eye(4)
+    check(LINALG_CASES["inv"], a, None)
+    assert inductor_lite.counters["extern.aten._linalg_check_errors.default"] == 1
+    torch._dynamo.reset()
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        compiled(lambda a: torch.linalg.inv(a) + 1)(torch.zeros(3, 3))
+
+
 def test_linalg_inv_backward(device):
     a = (torch.randn(4, 4) + 4 * torch.eye(4)).requires_grad_()
     compiled(lambda t: torch.linalg.inv(t).sum())(a).backward()
