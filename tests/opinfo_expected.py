@@ -43,15 +43,14 @@ UNDEFINED_VALUES = frozenset({"empty", "empty_like", "empty_permuted", "empty_st
                               "new_empty_strided"})
 """Ops whose outputs hold uninitialised memory: values are not compared."""
 
-_NO_DROPOUT_PHILOX = frozenset({2, 3})  # philox seed and offset: at::empty({}) when dropout_p is 0
 UNDEFINED_OUTPUTS: dict[str, frozenset[int]] = {
-    "torch.ops.aten._efficient_attention_forward": _NO_DROPOUT_PHILOX,
-    "torch.ops.aten._flash_attention_forward": _NO_DROPOUT_PHILOX,
+    "torch.ops.aten._efficient_attention_forward": frozenset({2, 3}),  # philox_seed, philox_offset
+    "torch.ops.aten._flash_attention_forward": frozenset({2, 3}),  # rng_state, unused
 }
 """Op name -> positions (among the flattened outputs) of outputs that hold uninitialised
-memory, compared by dtype, shape, device and layout only. The attention ops return their
-dropout RNG seed and offset without writing them when ``dropout_p`` is 0, as in the
-OpInfo samples that run."""
+memory, compared by dtype, shape, device and layout only. Without dropout (``dropout_p``
+0, as in the OpInfo samples that run) the CUDA attention kernels return their dropout RNG
+state tensors as allocated, unwritten."""
 
 _MARGIN_LOSS_0D = ("a 0-d input with reduction='none' gives shape [1] where eager gives []: torch's own "
                    "decomposition of the op does (backend='aot_eager' too)")
