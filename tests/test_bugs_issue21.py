@@ -214,8 +214,9 @@ def test_linalg_inv_backward(device):
 # ----------------------------------------------------------------------------- 4. arange
 
 
-# The device is explicit: Dynamo of torch 2.11 ignores the `torch.device` context (the
-# `device` fixture) for factory functions, so arange landed on the CPU (pytorch/pytorch#151202).
+# The device is explicit: under the `torch.device` context (the `device` fixture), Dynamo of
+# torch 2.11 traced these aranges onto the CPU where eager puts them on CUDA (as in
+# pytorch/pytorch#151202).
 ARANGE_CASES = {
     "bool_end": lambda x: torch.arange(True, device=x.device) + x,
     "bool_start_end": lambda x: torch.arange(False, True, device=x.device) + x,
