@@ -35,6 +35,10 @@ fallback_on_error   INDUCTOR_LITE_FALLBACK_ON_ERROR  1 (default): a graph that f
 autotune            INDUCTOR_LITE_AUTOTUNE           1 (default): time the candidate block
                                                      sizes of tunable kernels on first use
                                                      (CUDA only); 0: use the default config
+compile_workers     INDUCTOR_LITE_COMPILE_WORKERS    processes that build kernel binaries in
+                                                     parallel (default: the CPUs this
+                                                     process may use, at most 16); 0 or 1:
+                                                     build in this process
 ==================  ===============================  =======================================
 """
 
@@ -88,6 +92,20 @@ def _power_of_two_in(lo: int, hi: int) -> Callable[[int], Optional[str]]:
     return check
 
 
+def _non_negative(value: int) -> Optional[str]:
+    return None if value >= 0 else "must be 0 or more"
+
+
+def _default_compile_workers() -> int:
+    """The CPUs this process may run on, at most 16 (TorchInductor's compile pool is
+    sized from the same affinity count)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return min(16, cpus)
+
+
 def _check_logs(value: str) -> Optional[str]:
     names = {n.strip() for n in value.split(",") if n.strip()}
     unknown = sorted(names - set(LOG_ARTIFACTS) - {"all"})
@@ -114,6 +132,7 @@ _KNOBS = {
     "xblock": _Knob("INDUCTOR_LITE_XBLOCK", int, _parse_int, _power_of_two_in(*XBLOCK_RANGE)),
     "fallback_on_error": _Knob("INDUCTOR_LITE_FALLBACK_ON_ERROR", bool, _parse_bool),
     "autotune": _Knob("INDUCTOR_LITE_AUTOTUNE", bool, _parse_bool),
+    "compile_workers": _Knob("INDUCTOR_LITE_COMPILE_WORKERS", int, _parse_int, _non_negative),
 }
 """Each knob's variable, type, parser and range check; the keys are `Config`'s fields."""
 
@@ -156,6 +175,7 @@ class Config:
     xblock: int = 1024
     fallback_on_error: bool = True
     autotune: bool = True
+    compile_workers: int = dataclasses.field(default_factory=_default_compile_workers)
 
     def __post_init__(self):
         # variable=value: problem, per bad environment variable (not a knob: no dataclass field)

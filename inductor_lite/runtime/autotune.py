@@ -76,7 +76,7 @@ _timers: dict[torch.device, Timer] = {}
 
 
 def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C], None],
-             device: torch.device) -> C:
+             device: torch.device, prepare: Callable[[], None] | None = None) -> C:
     """The fastest of ``candidates`` for ``key``, timing them on first use.
 
     Args:
@@ -90,6 +90,9 @@ def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C
             several times per candidate, so it must not read what it writes, and
             captured into CUDA graphs, so it must not synchronize with the host.
         device: where ``run`` launches; tuning happens on CUDA devices only.
+        prepare: called once before the candidates are timed, and not when the
+            decision is known (in memory or on disk): e.g. to build every candidate's
+            binary in parallel first (`compile_pool`).
 
     Returns:
         The chosen candidate (``candidates[0]`` without tuning).
@@ -113,6 +116,8 @@ def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C
         path = _decision_path(name, key, labels, torch.cuda.get_device_name(device))
         index = _read_decision(path, labels)
         if index is None:
+            if prepare is not None:
+                prepare()
             index = _tune(name, key, candidates, labels, run, device)
             _write_decision(path, labels[index])
         _decisions[memory_key] = index

@@ -15,7 +15,8 @@ The key (`graph_key`, a sha256) covers everything the generated code depends on:
   constant; nested graph modules alike;
 - the input metadata, as the placeholders' ``meta['val']`` above;
 - the config fields that can change the code (`KEY_CONFIG_FIELDS` excludes only the
-  ones that cannot: logging, dump and cache locations, the fallback policy);
+  ones that cannot: logging, dump and cache locations, the fallback policy, the
+  number of compile workers);
 - whether ``torch.use_deterministic_algorithms`` is on (atomic scatters then stay
   extern calls, `fx_lowering.indexed_writes`);
 - every toolchain version (`toolchain`): inductor_lite's version and a hash of its
@@ -102,7 +103,7 @@ T = TypeVar("T")
 
 KEY_CONFIG_FIELDS = tuple(
     f.name for f in dataclasses.fields(Config)
-    if f.name not in ("logs", "debug_dir", "cache_dir", "disable_cache", "fallback_on_error")
+    if f.name not in ("logs", "debug_dir", "cache_dir", "disable_cache", "fallback_on_error", "compile_workers")
 )
 """Config fields in the key: every field except those that cannot change generated code
 (a new knob is in the key unless it is added to this exclusion)."""

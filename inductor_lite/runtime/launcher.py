@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import driver
+from . import compile_pool, driver
 from .cache import CompiledBinary, cache_key, default_cache
 from ..config import config
 from ..counters import counters
@@ -543,12 +543,24 @@ def _device_index(device: int | str | torch.device) -> int:
     return torch.cuda.current_device() if d.index is None else d.index
 
 
+def binary_key(kernel: Any, spec: Any, num_warps: int, cc: tuple[int, int], num_stages: int,
+               maxnreg: int | None) -> str:
+    """The disk-cache key of ``kernel``'s binary for one specialisation and launch
+    config on a device of compute capability ``cc``."""
+    return cache_key(kernel.key_source(), spec.key(), num_warps, cc, toolchain_versions(), kernel.ftz, num_stages,
+                     maxnreg)
+
+
 def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int, num_stages: int,
                 maxnreg: int | None) -> CompiledBinary:
     cc = driver.compute_capability(device)
-    key = cache_key(kernel.key_source(), spec.key(), num_warps, cc, toolchain_versions(), kernel.ftz, num_stages,
-                    maxnreg)
+    key = binary_key(kernel, spec, num_warps, cc, num_stages, maxnreg)
     cache = default_cache()
+    prebuilt = compile_pool.take(key)
+    if prebuilt is not None:  # built by a worker process: counted, logged and stored as if built here
+        log_artifact("ptx", f"// kernel {prebuilt.name} (sm_{cc[0]}{cc[1]}, num_warps={num_warps}, "
+                            f"num_stages={num_stages}, maxnreg={maxnreg}), built by a worker\n{prebuilt.ptx}")
+        return _built(kernel, key, prebuilt, cache)
     binary = cache.get(key)
     if binary is not None:
         counters["cache_hits"] += 1
@@ -559,7 +571,11 @@ def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int, num_stages:
         log_artifact("ptx", f"{header}\n{binary.ptx}")
         return binary
     with driver.bound_context(device):  # ptx_to_cubin may use the driver's linker
-        binary = _compile(kernel, spec, num_warps, cc, num_stages, maxnreg)
+        binary = build_binary(kernel.build_ir(spec), cc, num_warps, num_stages, maxnreg)
+    return _built(kernel, key, binary, cache)
+
+
+def _built(kernel: Any, key: str, binary: CompiledBinary, cache) -> CompiledBinary:
     counters["kernels_compiled"] += 1
     cache.put(key, binary)
     stored = f"stored in {cache.directory}" if cache.enabled else "disk cache off"
@@ -567,9 +583,17 @@ def _get_binary(kernel: Any, spec: Any, num_warps: int, device: int, num_stages:
     return binary
 
 
-def _compile(kernel: Any, spec: Any, num_warps: int, cc: tuple[int, int], num_stages: int,
-             maxnreg: int | None) -> CompiledBinary:
-    compiled = compile_ptx(kernel.build_ir(spec), cc=cc, num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
+def build_binary(fn: Any, cc: tuple[int, int], num_warps: int, num_stages: int = 1,
+                 maxnreg: int | None = None) -> CompiledBinary:
+    """The binary of block-IR function ``fn`` (``Kernel.build_ir``) for compute
+    capability ``cc``: `compile_ptx` then `ptx_to_cubin`. Pure (no cache, counter or
+    log), so worker processes run it too (`compile_pool`).
+
+    Raises:
+        NVPTXCompilationError: what `compile_ptx` raises.
+        RuntimeError: the PTX does not assemble, or no assembler is available.
+    """
+    compiled = compile_ptx(fn, cc=cc, num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
     return CompiledBinary(
         name=compiled.name,
         cubin=ptx_to_cubin(compiled.ptx, cc),

@@ -59,7 +59,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from . import driver
+from . import compile_pool, driver
 from .autotune import autotune
 from .launcher import _device_index, _tuple_source, bind_launcher, register_memory_cache
 from ..config import config
@@ -214,4 +214,9 @@ class _TunedLauncher:
             i = position[config]
             self.launchers[i]((self._programs(i, args), 1, 1), *scratch)
 
-        return position[autotune(self.tune_name, key, self.configs, run, self.device)]
+        def prebuild() -> None:  # every candidate's binary, in parallel, before the timing builds them one by one
+            builds = [(self.kernel.specialize(scratch, _constexprs(c)), c.num_warps, c.num_stages, c.maxnreg)
+                      for c in self.configs]
+            compile_pool.prebuild(self.kernel, builds, driver.compute_capability(self.device.index))
+
+        return position[autotune(self.tune_name, key, self.configs, run, self.device, prepare=prebuild)]

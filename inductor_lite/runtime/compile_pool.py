@@ -1,0 +1,180 @@
+"""Kernel binaries built in parallel, in worker processes.
+
+One binary build (`launcher.build_binary`: our NVPTX lowering, LLVM's O3 and code
+generation, then the PTX assembler) keeps one CPU core busy for a few hundred
+milliseconds, and the first CUDA call of a tuned kernel builds one binary per candidate
+config. Built one after another, that is most of a cold compile: resnet50's first call
+spent 127 of its 139 s on 293 builds (docs/performance.md). `prebuild` hands a
+kernel's builds to worker processes instead, as TorchInductor's ``async_compile``
+hands Triton kernels to its pool, and waits for them; `take` then gives each binary to
+the launcher that asks for it, which counts, logs and caches it as if it had built it.
+
+What travels to a worker is the kernel's block IR (``Kernel.build_ir``, plain picklable
+data), not its Python source: the frontend runs here, where the kernel's module is.
+
+Each worker is ``python -m inductor_lite.runtime.compile_worker``, fed pickled jobs on
+its stdin, with ``CUDA_VISIBLE_DEVICES`` empty. Not ``multiprocessing``: its spawned
+children re-run the user's main script, and a forked child of a process that has
+initialised CUDA must not touch CUDA. A worker costs an import of torch once (about a
+second) and then assembles with nvJitLink or ptxas, never the CUDA driver (it has no
+CUDA context), so the workers are used only where this process would pick the same
+assembler (`can_build_in_workers`). One thread here per worker writes a job and
+waits for its answer. ``config.compile_workers`` sets how many; 0 or 1 builds
+everything in this process. A worker that dies stops the pool for good (logged under
+``cache``); the builds go on here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from typing import Any, Optional, Sequence
+
+from ..config import config
+from ..logs import log_artifact
+
+_HEADER = struct.Struct("<Q")  # every message: its byte length, then a pickle
+
+_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_executor_size = 0
+_workers: list[subprocess.Popen] = []
+_local = threading.local()  # each executor thread's own worker process
+_lock = threading.Lock()
+_broken = False
+_ready: dict[str, Any] = {}  # binary key -> CompiledBinary a worker built, until taken
+
+
+class WorkerDied(RuntimeError):
+    """A compile worker exited or stopped answering mid-job."""
+
+
+def can_build_in_workers() -> bool:
+    """Whether a worker would assemble PTX as this process does: nvJitLink loads, or
+    no CUDA context is current here (so this process uses ptxas too)."""
+    from ..dsl import assembler
+
+    if assembler.nvjitlink_version() is not None:
+        return True
+    return assembler.ptxas_path() is not None and not assembler._driver_has_context()
+
+
+def prebuild(kernel: Any, builds: Sequence[tuple[Any, int, int, Optional[int]]], cc: tuple[int, int]) -> int:
+    """Build ``kernel``'s binaries for ``builds`` in the workers and keep them for `take`.
+
+    Args:
+        kernel: a DSL kernel (``inductor_lite.dsl.kernel.Kernel``).
+        builds: ``(specialisation, num_warps, num_stages, maxnreg)`` per binary, as the
+            launcher will ask for them.
+        cc: the target's compute capability, e.g. ``(9, 0)``.
+
+    Returns:
+        How many binaries the workers built. Builds in the disk cache or already
+        waiting are skipped; with fewer than two left, or no workers, none is built
+        (the launcher builds on demand, as without workers). A build that fails is
+        dropped: the launcher's own build raises its error with full context.
+    """
+    from .cache import default_cache
+    from .launcher import binary_key
+
+    cache = default_cache()
+    todo = {}
+    for spec, num_warps, num_stages, maxnreg in builds:
+        key = binary_key(kernel, spec, num_warps, cc, num_stages, maxnreg)
+        if key not in todo and key not in _ready and not (cache.enabled and os.path.exists(cache.path(key))):
+            todo[key] = (kernel.build_ir(spec), cc, num_warps, num_stages, maxnreg)
+    executor = _get_executor() if len(todo) > 1 else None
+    if executor is None:
+        return 0
+    futures = {key: executor.submit(_run, job) for key, job in todo.items()}
+    built = 0
+    for key, future in futures.items():
+        try:
+            ok, result = future.result()
+        except Exception as error:  # noqa: BLE001 - build errors come back as answers: this is the worker itself
+            _stop(f"compile worker failed ({type(error).__name__}: {error}): building in this process from now on")
+            continue
+        if ok:
+            _ready[key] = result
+            built += 1
+    return built
+
+
+def take(key: str) -> Optional[Any]:
+    """The binary a worker built for ``key`` (`launcher.binary_key`), once; None if none."""
+    return _ready.pop(key, None) if _ready else None
+
+
+def shutdown() -> None:
+    """Stop the workers (a later `prebuild` starts new ones) and drop unused binaries."""
+    global _broken
+    _stop(None)
+    _broken = False
+    _ready.clear()
+
+
+def _run(job: tuple) -> tuple[bool, Any]:
+    """Run one job in this executor thread's worker: ``(True, binary)`` or ``(False, error text)``."""
+    worker = getattr(_local, "worker", None)
+    if worker is None or worker.poll() is not None:
+        worker = _local.worker = _start_worker()
+    data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        worker.stdin.write(_HEADER.pack(len(data)) + data)
+        worker.stdin.flush()
+        header = worker.stdout.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            raise WorkerDied(f"worker {worker.pid} exited with code {worker.wait()}")
+        (size,) = _HEADER.unpack(header)
+        return pickle.loads(worker.stdout.read(size))
+    except (BrokenPipeError, ValueError):  # its pipe broke, or `_stop` closed it
+        raise WorkerDied(f"worker {worker.pid} exited with code {worker.wait()}") from None
+
+
+def _start_worker() -> subprocess.Popen:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", INDUCTOR_LITE_COMPILE_WORKERS="0")
+    worker = subprocess.Popen([sys.executable, "-m", "inductor_lite.runtime.compile_worker"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    with _lock:
+        _workers.append(worker)
+    return worker
+
+
+def _get_executor() -> Optional[concurrent.futures.ThreadPoolExecutor]:
+    global _executor, _executor_size
+    size = config.compile_workers
+    if size < 2 or _broken or not can_build_in_workers():
+        return None
+    if _executor is not None and _executor_size != size:
+        _stop(None)
+    if _executor is None:
+        _executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="inductor_lite_compile")
+        _executor_size = size
+    return _executor
+
+
+def _stop(reason: Optional[str]) -> None:
+    global _executor, _broken, _local
+    if reason is not None:
+        _broken = True
+        log_artifact("cache", reason)
+    executor, _executor = _executor, None
+    if executor is not None:
+        executor.shutdown(wait=False, cancel_futures=True)
+    with _lock:
+        workers = list(_workers)
+        _workers.clear()
+    for worker in workers:  # end of input ends a worker
+        try:
+            worker.stdin.close()
+        except OSError:
+            pass
+    _local = threading.local()
+
+
+atexit.register(_stop, None)

@@ -1,0 +1,113 @@
+"""Kernel binaries built in worker processes (`runtime.compile_pool`) are the binaries
+this process builds, reach the launcher once, and a dead worker only costs the speed-up."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import inductor_lite.dsl as dl
+from inductor_lite.config import Config, ConfigError, check_option, config
+from inductor_lite.dsl import assembler
+from inductor_lite.runtime import compile_pool, launcher
+
+pytestmark = pytest.mark.skipif(not compile_pool.can_build_in_workers(),
+                                reason="needs nvJitLink, or ptxas without a current CUDA context")
+
+CC = (9, 0)
+
+
+@dl.kernel
+def axpy(x_ptr, y_ptr, out_ptr, n, alpha, XBLOCK: dl.constexpr):
+    offs = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)
+    mask = offs < n
+    x = dl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = dl.load(y_ptr + offs, mask=mask, other=0.0)
+    dl.store(out_ptr + offs, alpha * x + dl.exp(y), mask=mask)
+
+
+def builds(blocks=(32, 64, 128), num_warps=4):
+    signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": "fp32"}
+    return [(axpy.specialize_signature(signature, {"XBLOCK": b}, [0, 1, 2]), num_warps, 1, None) for b in blocks]
+
+
+@pytest.fixture(autouse=True)
+def fresh_pool(tmp_path):
+    compile_pool.shutdown()
+    with config.patch(compile_workers=2, cache_dir=str(tmp_path)):
+        yield
+    compile_pool.shutdown()
+
+
+def test_workers_build_what_this_process_builds_and_hand_each_out_once():
+    jobs = builds()
+    assert compile_pool.prebuild(axpy, jobs, CC) == 3
+    assert compile_pool.prebuild(axpy, jobs, CC) == 0  # already waiting: not built twice
+    for spec, num_warps, num_stages, maxnreg in jobs:
+        key = launcher.binary_key(axpy, spec, num_warps, CC, num_stages, maxnreg)
+        got = compile_pool.take(key)
+        want = launcher.build_binary(axpy.build_ir(spec), CC, num_warps, num_stages, maxnreg)
+        assert got is not None and compile_pool.take(key) is None
+        assert (got.ptx, got.param_types, got.num_warps, got.shared_bytes) == \
+            (want.ptx, want.param_types, want.num_warps, want.shared_bytes)
+        assembler.check_ptx_assembles(got.ptx, CC)
+
+
+def test_one_build_or_no_workers_builds_nothing_here():
+    assert compile_pool.prebuild(axpy, builds(blocks=(32,)), CC) == 0
+    with config.patch(compile_workers=1):
+        assert compile_pool.prebuild(axpy, builds(), CC) == 0
+
+
+def test_a_failing_build_is_left_to_the_launcher():
+    # 64 warps is beyond CUDA's 1024 threads: the worker's build fails, the others land
+    jobs = builds(blocks=(32, 64)) + builds(blocks=(128,), num_warps=64)
+    assert compile_pool.prebuild(axpy, jobs, CC) == 2
+
+
+def test_a_dead_worker_stops_the_pool_and_is_logged(monkeypatch):
+    logged = []
+    monkeypatch.setattr(compile_pool, "log_artifact", lambda artifact, text: logged.append((artifact, text)))
+    real_start = compile_pool._start_worker
+    monkeypatch.setattr(compile_pool, "_start_worker", lambda: subprocess.Popen(
+        [sys.executable, "-c", "raise SystemExit(3)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    assert compile_pool.prebuild(axpy, builds(), CC) == 0
+    assert logged and logged[0][0] == "cache" and "building in this process" in logged[0][1]
+    monkeypatch.setattr(compile_pool, "_start_worker", real_start)
+    assert compile_pool.prebuild(axpy, builds(), CC) == 0  # stopped for good...
+    compile_pool.shutdown()
+    assert compile_pool.prebuild(axpy, builds(), CC) == 3  # ...until shut down and restarted
+
+
+def test_compile_workers_must_not_be_negative():
+    with pytest.raises(ConfigError, match="compile_workers=-1: must be 0 or more"):
+        check_option("compile_workers", -1)
+    bad = Config.from_env({"INDUCTOR_LITE_COMPILE_WORKERS": "-2"})
+    with pytest.raises(ConfigError, match="INDUCTOR_LITE_COMPILE_WORKERS=-2: must be 0 or more"):
+        bad.validate()
+
+
+@pytest.mark.gpu
+def test_a_generated_kernels_candidates_are_built_by_workers_on_its_first_call(monkeypatch):
+    import torch
+
+    import inductor_lite
+    from inductor_lite.runtime import autotune
+
+    handed_out = []
+    take = compile_pool.take
+    monkeypatch.setattr(compile_pool, "take", lambda key: handed_out.append(take(key)) or handed_out[-1])
+    autotune.clear_memory()
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    x = torch.randn(1 << 20, device="cuda")
+    fn = lambda t: (t * 2).relu() + 1  # noqa: E731
+    with config.patch(autotune=True):
+        got = torch.compile(fn, backend="inductor_lite")(x)
+    torch.testing.assert_close(got, fn(x))
+    built_by_workers = sum(b is not None for b in handed_out)
+    assert inductor_lite.counters["autotune_runs"] == 1
+    assert built_by_workers >= 2 and built_by_workers == inductor_lite.counters["kernels_compiled"]
+    torch._dynamo.reset()
