@@ -43,6 +43,7 @@ from .fx_lowering.decompositions import decomposition_table
 from .fx_lowering.graph import GraphLowering, graph_constants
 from .fx_passes import run_passes
 from .logs import log_artifact
+from .runtime import compile_pool
 from .runtime.cudagraphs import cudagraphify, uses_cudagraphs
 from .runtime.graph_cache import CachedGraph, default_graph_cache, shape_guard_count
 from .scheduler.scheduler import Scheduler
@@ -247,8 +248,21 @@ def _lower(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str) -> tup
             output_code=code.source,
         )
     log_artifact("output_code", code.source)
-    call, _ = load_module(code, kernel_dir)
+    call, namespace = load_module(code, kernel_dir)
+    if code.prebuild and not config.interpret:
+        _prebuild(namespace, code.prebuild)
     return CachedGraph(code.source, tuple(k.name for k in code.kernels), dict(graph.extern_counts())), call
+
+
+def _prebuild(namespace: dict, plan: list) -> None:
+    """Build the binaries of the graph's first call in parallel now (`compile_pool`).
+    Only a speed-up: if planning fails, each launch builds what it needs, and reports
+    any real error then."""
+    try:
+        compile_pool.prebuild_graph(namespace, plan)
+    except Exception as error:  # noqa: BLE001 - see above
+        log_artifact("cache", f"prebuilding binaries failed ({type(error).__name__}: {error}); "
+                              "each kernel builds on its first launch")
 
 
 def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: Optional[str] = None,

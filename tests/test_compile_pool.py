@@ -30,7 +30,8 @@ def axpy(x_ptr, y_ptr, out_ptr, n, alpha, XBLOCK: dl.constexpr):
 
 def builds(blocks=(32, 64, 128), num_warps=4):
     signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": "fp32"}
-    return [(axpy.specialize_signature(signature, {"XBLOCK": b}, [0, 1, 2]), num_warps, 1, None) for b in blocks]
+    return [(axpy, (axpy.specialize_signature(signature, {"XBLOCK": b}, [0, 1, 2]), num_warps, 1, None))
+            for b in blocks]
 
 
 @pytest.fixture(autouse=True)
@@ -43,9 +44,9 @@ def fresh_pool(tmp_path):
 
 def test_workers_build_what_this_process_builds_and_hand_each_out_once():
     jobs = builds()
-    assert compile_pool.prebuild(axpy, jobs, CC) == 3
-    assert compile_pool.prebuild(axpy, jobs, CC) == 0  # already waiting: not built twice
-    for spec, num_warps, num_stages, maxnreg in jobs:
+    assert compile_pool.prebuild(jobs, CC) == 3
+    assert compile_pool.prebuild(jobs, CC) == 0  # already waiting: not built twice
+    for _, (spec, num_warps, num_stages, maxnreg) in jobs:
         key = launcher.binary_key(axpy, spec, num_warps, CC, num_stages, maxnreg)
         got = compile_pool.take(key)
         want = launcher.build_binary(axpy.build_ir(spec), CC, num_warps, num_stages, maxnreg)
@@ -56,15 +57,15 @@ def test_workers_build_what_this_process_builds_and_hand_each_out_once():
 
 
 def test_one_build_or_no_workers_builds_nothing_here():
-    assert compile_pool.prebuild(axpy, builds(blocks=(32,)), CC) == 0
+    assert compile_pool.prebuild(builds(blocks=(32,)), CC) == 0
     with config.patch(compile_workers=1):
-        assert compile_pool.prebuild(axpy, builds(), CC) == 0
+        assert compile_pool.prebuild(builds(), CC) == 0
 
 
 def test_a_failing_build_is_left_to_the_launcher():
     # 64 warps is beyond CUDA's 1024 threads: the worker's build fails, the others land
     jobs = builds(blocks=(32, 64)) + builds(blocks=(128,), num_warps=64)
-    assert compile_pool.prebuild(axpy, jobs, CC) == 2
+    assert compile_pool.prebuild(jobs, CC) == 2
 
 
 def test_a_dead_worker_stops_the_pool_and_is_logged(monkeypatch):
@@ -73,12 +74,12 @@ def test_a_dead_worker_stops_the_pool_and_is_logged(monkeypatch):
     real_start = compile_pool._start_worker
     monkeypatch.setattr(compile_pool, "_start_worker", lambda: subprocess.Popen(
         [sys.executable, "-c", "raise SystemExit(3)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE))
-    assert compile_pool.prebuild(axpy, builds(), CC) == 0
+    assert compile_pool.prebuild(builds(), CC) == 0
     assert logged and logged[0][0] == "cache" and "building in this process" in logged[0][1]
     monkeypatch.setattr(compile_pool, "_start_worker", real_start)
-    assert compile_pool.prebuild(axpy, builds(), CC) == 0  # stopped for good...
+    assert compile_pool.prebuild(builds(), CC) == 0  # stopped for good...
     compile_pool.shutdown()
-    assert compile_pool.prebuild(axpy, builds(), CC) == 3  # ...until shut down and restarted
+    assert compile_pool.prebuild(builds(), CC) == 3  # ...until shut down and restarted
 
 
 def test_compile_workers_must_not_be_negative():
@@ -110,4 +111,16 @@ def test_a_generated_kernels_candidates_are_built_by_workers_on_its_first_call(m
     built_by_workers = sum(b is not None for b in handed_out)
     assert inductor_lite.counters["autotune_runs"] == 1
     assert built_by_workers >= 2 and built_by_workers == inductor_lite.counters["kernels_compiled"]
+
+    # untuned: one binary a kernel, built across the graph's kernels when its module loads
+    handed_out.clear()
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    y = torch.randn(512, 1024, device="cuda")
+    fn2 = lambda t: (t.softmax(-1) * 3, t.sum(0) + 1)  # noqa: E731
+    with config.patch(autotune=False):
+        for g, e in zip(torch.compile(fn2, backend="inductor_lite")(y), fn2(y)):
+            torch.testing.assert_close(g, e)
+    assert inductor_lite.counters["kernels_generated"] >= 2
+    assert sum(b is not None for b in handed_out) == inductor_lite.counters["kernels_compiled"] >= 2
     torch._dynamo.reset()

@@ -87,6 +87,8 @@ class WrapperCode:
     constants: dict[str, torch.Tensor]
     memory_plan: Optional[MemoryPlan] = None
     stride_checks: list[str] = dataclasses.field(default_factory=list)  # extern outputs checked after the call
+    # (launcher name, each argument's dtype or int value) per CUDA kernel with static sizes
+    prebuild: list[tuple[str, tuple]] = dataclasses.field(default_factory=list)
 
 
 class _Writer:
@@ -127,6 +129,7 @@ class WrapperCodegen:
         self.donors = self._reusable_buffers()  # buffers whose storage planning may hand on
         self.memory_plan: Optional[MemoryPlan] = None
         self.stride_checks: list[str] = []  # extern outputs whose layout `call` checks
+        self.prebuild: list[tuple[str, tuple]] = []  # `WrapperCode.prebuild`
 
     def _expr(self, expr) -> str:
         """Python source of an integer expression; remembers its size symbols."""
@@ -259,6 +262,10 @@ class WrapperCodegen:
             f"grid={kernel.grid!r}" + (f", mutated={mutated!r})" if mutated else ")")
         )
         self.out.line(f"{launcher}({', '.join(args)})")
+        values = [self._dtype_of(value) if kind == "buffer" else sympy.sympify(value)
+                  for kind, value in kernel.call_args]
+        if all(isinstance(v, torch.dtype) or v.is_number for v in values):
+            self.prebuild.append((launcher, tuple(v if isinstance(v, torch.dtype) else int(v) for v in values)))
 
     def _cdiv(self, numel, block: int) -> str:
         numel = sympy.sympify(numel)
@@ -464,7 +471,8 @@ def generate_wrapper(graph, scheduler: Scheduler, title: str) -> WrapperCode:
     """
     gen = WrapperCodegen(graph, scheduler)
     gen.generate()
-    return WrapperCode(gen.source(title), gen.kernels, dict(graph.constants), gen.memory_plan, gen.stride_checks)
+    return WrapperCode(gen.source(title), gen.kernels, dict(graph.constants), gen.memory_plan, gen.stride_checks,
+                       gen.prebuild)
 
 
 def load_module(code: WrapperCode, kernel_debug_dir: Optional[str] = None) -> tuple[Callable, dict]:

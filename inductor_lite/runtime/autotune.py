@@ -110,10 +110,7 @@ def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C
     memory_key = (name, key, tuple(candidates), device)
     index = _decisions.get(memory_key)
     if index is None:
-        labels = [str(c) for c in candidates]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"autotune {name}: candidates must have distinct str(): {labels}")
-        path = _decision_path(name, key, labels, torch.cuda.get_device_name(device))
+        labels, path = _labels_and_path(name, key, candidates, device)
         index = _read_decision(path, labels)
         if index is None:
             if prepare is not None:
@@ -122,6 +119,31 @@ def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C
             _write_decision(path, labels[index])
         _decisions[memory_key] = index
     return candidates[index]
+
+
+def known_decision(name: str, key: Hashable, candidates: Sequence[C], device: torch.device) -> C | None:
+    """What `autotune` would return without timing anything: the default where it would
+    not tune, the decision in memory or on disk, else None (it would tune).
+
+    Raises:
+        ValueError: as `autotune`.
+    """
+    if not candidates:
+        raise ValueError(f"autotune {name}: no candidate configs")
+    if len(candidates) == 1 or device.type != "cuda" or not config.autotune or config.interpret:
+        return candidates[0]
+    index = _decisions.get((name, key, tuple(candidates), device))
+    if index is None:
+        labels, path = _labels_and_path(name, key, candidates, device)
+        index = _read_decision(path, labels)
+    return None if index is None else candidates[index]
+
+
+def _labels_and_path(name: str, key: Hashable, candidates: Sequence[C], device: torch.device) -> tuple[list[str], str]:
+    labels = [str(c) for c in candidates]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"autotune {name}: candidates must have distinct str(): {labels}")
+    return labels, _decision_path(name, key, labels, torch.cuda.get_device_name(device))
 
 
 def clear_memory() -> None:

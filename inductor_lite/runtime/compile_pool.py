@@ -8,6 +8,10 @@ spent 127 of its 139 s on 293 builds (docs/performance.md). `prebuild` hands a
 kernel's builds to worker processes instead, as TorchInductor's ``async_compile``
 hands Triton kernels to its pool, and waits for them; `take` then gives each binary to
 the launcher that asks for it, which counts, logs and caches it as if it had built it.
+A freshly compiled graph prebuilds, when its module loads, every binary its first call
+will need (`prebuild_graph`: each kernel's candidates, or the decided config's), so
+builds run in parallel across kernels; a tuned launcher's first launch prebuilds what
+is still missing for its real arguments.
 
 What travels to a worker is the kernel's block IR (``Kernel.build_ir``, plain picklable
 data), not its Python source: the frontend runs here, where the kernel's module is.
@@ -64,13 +68,13 @@ def can_build_in_workers() -> bool:
     return assembler.ptxas_path() is not None and not assembler._driver_has_context()
 
 
-def prebuild(kernel: Any, builds: Sequence[tuple[Any, int, int, Optional[int]]], cc: tuple[int, int]) -> int:
-    """Build ``kernel``'s binaries for ``builds`` in the workers and keep them for `take`.
+def prebuild(builds: Sequence[tuple[Any, tuple[Any, int, int, Optional[int]]]], cc: tuple[int, int]) -> int:
+    """Build binaries in the workers and keep them for `take`.
 
     Args:
-        kernel: a DSL kernel (``inductor_lite.dsl.kernel.Kernel``).
-        builds: ``(specialisation, num_warps, num_stages, maxnreg)`` per binary, as the
-            launcher will ask for them.
+        builds: ``(kernel, (specialisation, num_warps, num_stages, maxnreg))`` per
+            binary, as the launcher will ask for it; ``kernel`` is a DSL kernel
+            (``inductor_lite.dsl.kernel.Kernel``).
         cc: the target's compute capability, e.g. ``(9, 0)``.
 
     Returns:
@@ -84,14 +88,15 @@ def prebuild(kernel: Any, builds: Sequence[tuple[Any, int, int, Optional[int]]],
 
     cache = default_cache()
     todo = {}
-    for spec, num_warps, num_stages, maxnreg in builds:
+    for kernel, (spec, num_warps, num_stages, maxnreg) in builds:
         key = binary_key(kernel, spec, num_warps, cc, num_stages, maxnreg)
         if key not in todo and key not in _ready and not (cache.enabled and os.path.exists(cache.path(key))):
-            todo[key] = (kernel.build_ir(spec), cc, num_warps, num_stages, maxnreg)
+            todo[key] = (kernel, spec, num_warps, num_stages, maxnreg)
     executor = _get_executor() if len(todo) > 1 else None
     if executor is None:
         return 0
-    futures = {key: executor.submit(_run, job) for key, job in todo.items()}
+    futures = {key: executor.submit(_run, (kernel.build_ir(spec), cc, num_warps, num_stages, maxnreg))
+               for key, (kernel, spec, num_warps, num_stages, maxnreg) in todo.items()}
     built = 0
     for key, future in futures.items():
         try:
@@ -103,6 +108,37 @@ def prebuild(kernel: Any, builds: Sequence[tuple[Any, int, int, Optional[int]]],
             _ready[key] = result
             built += 1
     return built
+
+
+def prebuild_graph(namespace: dict, plan: Sequence[tuple[str, tuple]]) -> int:
+    """Build, all at once, the binaries the first call of a loaded wrapper module will
+    ask for (`prebuild`), so that they build in parallel across kernels too.
+
+    Args:
+        namespace: the module's globals (`codegen.wrapper.load_module`).
+        plan: ``(launcher name, arguments)`` per kernel whose integer arguments are
+            known (`codegen.wrapper.WrapperCode.prebuild`), each tensor argument given
+            as its dtype. Stand-ins with 16-byte aligned pointers take their place:
+            a real argument that is not aligned needs another binary, which its
+            launch builds then.
+
+    Returns:
+        How many binaries the workers built.
+    """
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from . import driver
+
+    by_cc: dict[tuple[int, int], list] = {}
+    with unset_fake_temporarily():  # modules load inside the compiler's fake mode
+        for launcher_name, arg_types in plan:
+            launch = namespace[launcher_name]
+            args = tuple(torch.empty(0, dtype=a, device="meta") if isinstance(a, torch.dtype) else a
+                         for a in arg_types)
+            builds = by_cc.setdefault(driver.compute_capability(launch.device_index), [])
+            builds += [(launch.kernel, b) for b in launch.planned_builds(args)]
+    return sum(prebuild(builds, cc) for cc, builds in by_cc.items())
 
 
 def take(key: str) -> Optional[Any]:

@@ -60,7 +60,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import compile_pool, driver
-from .autotune import autotune
+from .autotune import autotune, known_decision
 from .launcher import _device_index, _tuple_source, bind_launcher, register_memory_cache
 from ..config import config
 
@@ -128,6 +128,9 @@ class _TunedLauncher:
         self.chosen: dict[tuple, int] = {}
         self.entries: dict[tuple, tuple] = {}  # fast-path key -> `LoadedKernel.launch_entry`
         self.launch = self._generate()
+        self.launch.planned_builds = self.planned_builds
+        self.launch.kernel = kernel
+        self.launch.device_index = device
         register_memory_cache(self)
 
     def clear_memory_cache(self) -> None:
@@ -200,6 +203,19 @@ class _TunedLauncher:
             programs *= -(-args[i] // block)
         return min(programs, self.max_programs[index]) if self.max_programs[index] else programs
 
+    def planned_builds(self, args: tuple) -> list[tuple[Any, int, int, Any]]:
+        """The binaries a first launch with ``args`` will ask for, as
+        ``(specialisation, num_warps, num_stages, maxnreg)``: every candidate's if it
+        will tune, else the chosen or default config's (`compile_pool.prebuild`)."""
+        sizes = tuple(args[i] for i in self.int_args)
+        chosen = self.chosen.get(sizes)
+        if chosen is not None or not self._programs(0, args):
+            configs = [self.configs[chosen or 0]]
+        else:
+            known = known_decision(self.tune_name, sizes, self.configs, self.device)
+            configs = self.configs if known is None else [known]
+        return [(self.kernel.specialize(args, _constexprs(c)), c.num_warps, c.num_stages, c.maxnreg) for c in configs]
+
     def _choose(self, key: tuple, args: tuple) -> int:
         if len(self.configs) == 1 or not self._programs(0, args):
             return 0
@@ -217,6 +233,6 @@ class _TunedLauncher:
         def prebuild() -> None:  # every candidate's binary, in parallel, before the timing builds them one by one
             builds = [(self.kernel.specialize(scratch, _constexprs(c)), c.num_warps, c.num_stages, c.maxnreg)
                       for c in self.configs]
-            compile_pool.prebuild(self.kernel, builds, driver.compute_capability(self.device.index))
+            compile_pool.prebuild([(self.kernel, b) for b in builds], driver.compute_capability(self.device.index))
 
         return position[autotune(self.tune_name, key, self.configs, run, self.device, prepare=prebuild)]
