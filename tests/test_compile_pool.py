@@ -7,11 +7,15 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import inductor_lite.dsl as dl
 from inductor_lite.config import Config, ConfigError, check_option, config
 from inductor_lite.dsl import assembler
-from inductor_lite.runtime import compile_pool, launcher
+from inductor_lite.codegen.wrapper import load_module
+from inductor_lite.runtime import compile_pool, driver, launcher
+from test_runtime_launch import cuda_like, cuda_wrapper, stub  # noqa: F401  (stub is a fixture)
+from test_runtime_cache import fake_driver  # noqa: F401  (a fixture stub uses)
 
 pytestmark = pytest.mark.skipif(not compile_pool.can_build_in_workers(),
                                 reason="needs nvJitLink, or ptxas without a current CUDA context")
@@ -92,8 +96,6 @@ def test_compile_workers_must_not_be_negative():
 
 @pytest.mark.gpu
 def test_a_generated_kernels_candidates_are_built_by_workers_on_its_first_call(monkeypatch):
-    import torch
-
     import inductor_lite
     from inductor_lite.runtime import autotune
 
@@ -124,3 +126,21 @@ def test_a_generated_kernels_candidates_are_built_by_workers_on_its_first_call(m
     assert inductor_lite.counters["kernels_generated"] >= 2
     assert sum(b is not None for b in handed_out) == inductor_lite.counters["kernels_compiled"] >= 2
     torch._dynamo.reset()
+
+
+def test_a_loaded_cuda_module_prebuilds_the_binaries_its_first_call_asks_for(stub):
+    """On CPU, over the fake driver: the plan a CUDA wrapper records at codegen reaches
+    the workers when the module loads, and the keys built are those its launches ask
+    for (real, aligned arguments of the planned dtypes and sizes)."""
+    code = cuda_wrapper(lambda x, y: ((x * 3).relu(), y.exp()), (4, 300), (7,))
+    assert len(code.kernels) == 2 and len(code.prebuild) == 2
+    _, namespace = load_module(code)
+    with config.patch(autotune=False):
+        assert compile_pool.prebuild_graph(namespace, code.prebuild) == 2
+        for name, arg_types in code.prebuild:
+            launch = namespace[name]
+            args = tuple(cuda_like(torch.empty(64, dtype=a)) if isinstance(a, torch.dtype) else a for a in arg_types)
+            (build,) = launch.planned_builds(args)
+            key = launcher.binary_key(launch.kernel, build[0], build[1], driver.compute_capability(0), *build[2:])
+            assert compile_pool.take(key) is not None
+    assert stub.built == []  # nothing was built in this process
