@@ -22,6 +22,8 @@ import inductor_lite
 from inductor_lite.codegen import runtime_helpers
 from inductor_lite.config import config
 from inductor_lite.dsl import interpreter
+from test_runtime_launch import stub  # noqa: F401  (a fixture: the fake CUDA driver)
+from test_runtime_cache import fake_driver  # noqa: F401  (a fixture stub uses)
 
 INF, NAN = math.inf, math.nan
 EDGES = [0.0, -0.0, INF, -INF, NAN]
@@ -502,3 +504,41 @@ def test_generated_math_kernels_assemble(dtype, device, monkeypatch):
         ir_fn = kernel.build_ir(kernel.specialize(args, constexprs))
         for cc in ((8, 0), (9, 0)):
             assembler.check_ptx_assembles(compiler.compile_ptx(ir_fn, cc=cc, num_warps=num_warps or 4).ptx, cc)
+
+
+@pytest.mark.parametrize("decimals", [-1, 2])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_round_decimals_of_16_bit_types_on_cuda_rounds_as_eager_cuda(decimals, dtype, device, stub):
+    """Eager's CUDA kernel rounds ``10**|decimals|`` and the first product or quotient
+    of a 16-bit tensor to its dtype (the CPU kernel computes in float: -506 rounds to
+    -510 there and to -500 on CUDA in bf16). The lowering for a CUDA graph, built on
+    fake CUDA tensors and run here in the interpreter, does the same."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from inductor_lite.codegen.wrapper import generate_wrapper, load_module
+    from inductor_lite.fx_lowering.decompositions import decomposition_table
+    from inductor_lite.fx_lowering.graph import GraphLowering
+    from inductor_lite.scheduler.scheduler import Scheduler
+
+    if device == "cuda":
+        pytest.skip("runs the CUDA graph's kernel in the interpreter: the cpu case does it")
+    span = 60000.0 if dtype == torch.float16 and decimals < 0 else 1000.0
+    x = torch.arange(-span, span, span / 4000 if decimals < 0 else 0.01).to(dtype).unique()
+    fn = lambda t: torch.round(t, decimals=decimals)  # noqa: E731
+    with FakeTensorMode():
+        fake = torch.empty(x.shape, dtype=dtype, device="cuda")
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=decomposition_table())(fake)
+    graph = GraphLowering(gm)
+    graph.run()
+    code = generate_wrapper(graph, Scheduler(graph), "test")
+    (kernel,) = code.kernels
+    _, namespace = load_module(code)
+    out = torch.full_like(x, float("nan"))
+    block = kernel.config.kwargs["XBLOCK"]
+    namespace[kernel.name][(-(-x.numel() // block),)](x, out, x.numel(), XBLOCK=block)
+    p = torch.tensor(10.0 ** abs(decimals)).to(dtype).float()
+    first = (x.float() / p if decimals < 0 else x.float() * p).to(dtype).float()
+    expected = (torch.round(first) * p if decimals < 0 else torch.round(first) / p).to(dtype)
+    assert not torch.equal(expected, torch.round(x, decimals=decimals))  # the inputs tell the two apart
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)

@@ -21,7 +21,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 from ..ir.ops import ops
-from .lowerings import NoLowering, const, loader, make_pointwise, register_lowering, register_pointwise
+from .lowerings import NoLowering, cast, const, loader, make_pointwise, register_lowering, register_pointwise
 
 aten = torch.ops.aten
 
@@ -158,19 +158,29 @@ register_pointwise([aten.fmin.default], _fmax_fmin(False))
 
 @register_lowering(aten.round.decimals)
 def _lower_round_decimals(ctx, x, decimals=0):
-    """ATen's ``round_decimals_kernel``: with ``p = 10**|decimals|`` rounded to the
-    compute dtype, ``round(x * p) / p``, or ``round(x / p) * p`` for negative
-    ``decimals`` (half to even)."""
-    if not x.get_dtype().is_floating_point:
+    """ATen's ``round_decimals_kernel``: with ``p = 10**|decimals|``,
+    ``round(x * p) / p``, or ``round(x / p) * p`` for negative ``decimals`` (half to
+    even), in the compute dtype. The CUDA kernel computes a 16-bit tensor in its own
+    type where the CPU kernel uses float: there ``p`` and the first product or
+    quotient are rounded to the tensor's dtype (each a ``c10::Half``/``BFloat16``
+    operation), the rest is float."""
+    dtype = x.get_dtype()
+    if not dtype.is_floating_point:
         raise NoLowering("round(decimals=) of an integer tensor")
+    half_steps = ctx.device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+    p = 10.0 ** abs(decimals)
+    if half_steps:
+        p = torch.tensor(p).to(dtype).item()
 
     def fn(dt, v):
         if decimals == 0:
             return ops.round(v)
-        scale = const(10.0 ** abs(decimals), dt)
-        if decimals > 0:
-            return ops.truediv(ops.round(ops.mul(v, scale)), scale)
-        return ops.mul(ops.round(ops.truediv(v, scale)), scale)
+        scale = const(p, dt)
+        first = ops.mul(v, scale) if decimals > 0 else ops.truediv(v, scale)
+        if half_steps:
+            first = cast(cast(first, dt, dtype), dtype, dt)
+        rounded = ops.round(first)
+        return ops.truediv(rounded, scale) if decimals > 0 else ops.mul(rounded, scale)
 
     return make_pointwise(ctx, [x], fn)
 
