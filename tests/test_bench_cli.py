@@ -176,6 +176,19 @@ def test_measure_model_flags_wrong_results_and_survives_errors(mode):
     assert scaling.note.startswith("output['loss']" if mode == "training" else "output:"), scaling.note
     assert raising.status == "failed" and "backend exploded" in raising.note and raising.speedup is None
     assert eager.status == "ok" and eager.accuracy == "pass" and eager.speedup > 0
+    # every contender was timed in the same rounds: one eager baseline for the model's rows
+    assert scaling.eager_ms == eager.eager_ms and scaling.compile_cold_s is not None
+
+
+def test_measure_model_times_every_backend_in_the_same_rounds(monkeypatch):
+    from inductor_lite.bench import measure
+
+    timings = []
+    real = measure.time_contenders
+    monkeypatch.setattr(measure, "time_contenders", lambda fns, *a, **k: timings.append(len(fns)) or real(fns, *a, **k))
+    rows = list(measure_model(MODELS["mlp"], ["eager", "bench_test_scaling"], _TINY))
+    assert timings == [3]  # eager, then both backends, in one timing
+    assert [r.status for r in rows] == ["ok", "ok"] and rows[0].eager_ms == rows[1].eager_ms
 
 
 def test_measure_model_skips_models_with_missing_packages():

@@ -8,11 +8,12 @@ in pytorch/pytorch), reimplemented here:
   an RMSE against fp64 no worse than a small multiple of eager's own RMSE (the rule of
   ``torch._dynamo.utils.same(..., fp64_ref=...)``). Inference compares the output;
   training compares the loss and every parameter gradient after one forward/backward.
-- speedup: wall time per iteration, eager and compiled interleaved round by round
-  after warm-up, each sample several iterations queued back to back between CUDA
-  events (`walltime.time_contenders`); the speedup is the median of the per-round
-  ratios eager / compiled, with their quartiles, and each time its median and
-  interquartile range.
+- speedup: wall time per iteration, eager and every compiled backend interleaved round
+  by round in one timing after warm-up (so all rows of a model share one eager
+  baseline), each sample several iterations queued back to back between CUDA events
+  (`walltime.time_contenders`); the speedup is the median of the per-round ratios
+  eager / compiled, with their quartiles, and each time its median and interquartile
+  range.
 - ``compile_mode``: ``torch.compile``'s ``mode`` for every compiled backend (the
   baseline stays plain eager); under the CUDA-graph modes each compiled iteration
   starts with ``torch.compiler.cudagraph_mark_step_begin()``, as the dynamo
@@ -490,53 +491,83 @@ def _record_lite_counters(row: Result) -> None:
         row.note = f"{row.graph_fallbacks} graph(s) ran eagerly"
 
 
-def _measure_backend(work: Workload, backend: str, row: Result) -> None:
-    """Fill ``row`` with every measurement of ``backend``; raises whatever the backend raises."""
+def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, float]:
+    """Fill ``row``'s accuracy and peak memory for ``backend`` (its speed is timed later,
+    with every contender: `_time_together`); returns the wall seconds of its cold and
+    warm first calls. Raises whatever the backend raises. The caller holds
+    ``backend``'s `fresh_disk_cache` open."""
     settings, device = work.settings, work.device
-    with fresh_disk_cache(backend):
-        # Cold: an empty disk cache and nothing compiled in memory.
-        reset_compiler(backend)
-        if backend == "inductor_lite":
-            from inductor_lite.counters import reset
+    # Cold: an empty disk cache and nothing compiled in memory.
+    reset_compiler(backend)
+    if backend == "inductor_lite":
+        from inductor_lite.counters import reset
 
-            reset()
-        cold_first_s = _compile_and_run(work, backend)[-1]
-        if backend == "inductor_lite":
-            _record_lite_counters(row)
+        reset()
+    cold_first_s = _compile_and_run(work, backend)[-1]
+    if backend == "inductor_lite":
+        _record_lite_counters(row)
 
-        # Warm: the disk cache the cold compile filled, in-memory state dropped again.
-        reset_compiler(backend)
-        gc.collect()
-        module, compiled, out, warm_first_s = _compile_and_run(work, backend)
-        failure = check_accuracy(work.eager_ref, work.results(module, out), work.fp64_ref, TOLERANCE[settings.mode])
-        del out
-        row.accuracy = ACCURACY_FAIL if failure else ACCURACY_PASS
-        if failure:
-            row.note = "; ".join(filter(None, [row.note, failure]))
+    # Warm: the disk cache the cold compile filled, in-memory state dropped again.
+    reset_compiler(backend)
+    gc.collect()
+    module, compiled, out, warm_first_s = _compile_and_run(work, backend)
+    failure = check_accuracy(work.eager_ref, work.results(module, out), work.fp64_ref, TOLERANCE[settings.mode])
+    del out
+    row.accuracy = ACCURACY_PASS if not failure else ACCURACY_FAIL
+    if failure:
+        row.note = "; ".join(filter(None, [row.note, failure]))
 
-        def eager_iteration() -> None:
-            work.run(work.eager)
+    def eager_iteration() -> None:
+        work.run(work.eager)
 
-        compiled_iteration = work.iteration(compiled, settings.compile_mode)
+    compiled_iteration = work.iteration(compiled, settings.compile_mode)
+    work.drop_grads(work.eager, module)
+    eager_peak = peak_memory_bytes(eager_iteration, device)
+    work.drop_grads(work.eager, module)
+    compiled_peak = peak_memory_bytes(compiled_iteration, device)
+    if eager_peak is not None and compiled_peak:
+        row.eager_peak_mib, row.compiled_peak_mib = _mib(eager_peak), _mib(compiled_peak)
+        row.memory_ratio = eager_peak / compiled_peak
 
-        work.drop_grads(work.eager, module)
-        eager_peak = peak_memory_bytes(eager_iteration, device)
-        work.drop_grads(work.eager, module)
-        compiled_peak = peak_memory_bytes(compiled_iteration, device)
-        if eager_peak is not None and compiled_peak:
-            row.eager_peak_mib, row.compiled_peak_mib = _mib(eager_peak), _mib(compiled_peak)
-            row.memory_ratio = eager_peak / compiled_peak
+    row.status = STATUS_OK
+    return cold_first_s, warm_first_s
 
-        eager, compiled_times = time_contenders(
-            [eager_iteration, compiled_iteration], device, settings.warmup, settings.repeat
-        )
-        eager_s = eager.median_s
-        row.eager_ms, row.eager_iqr_ms = eager_s * 1e3, eager.iqr_s * 1e3
-        row.compiled_ms, row.compiled_iqr_ms = compiled_times.median_s * 1e3, compiled_times.iqr_s * 1e3
-        row.speedup, row.speedup_q1, row.speedup_q3 = eager.ratio_to(compiled_times)
-        # As the dynamo benchmarks do: the first call's time less one eager iteration.
-        row.compile_cold_s, row.compile_warm_s = cold_first_s - eager_s, warm_first_s - eager_s
-        row.status = STATUS_OK
+
+def _time_together(work: Workload, rows: list[Result]) -> float:
+    """Time eager and every measured backend in the same interleaved rounds, and fill
+    each row's times and speedup from them (one eager baseline for all rows). Returns
+    eager's median seconds per iteration (one eager call's time when no backend could
+    be timed).
+
+    Timed in rounds of its own, each backend's speedup carried the drift between its
+    rounds and the others' (clocks, other processes) into the comparison of two
+    backends (docs/performance.md has a case). Each backend is compiled once more
+    here, from the disk cache its measurement filled, with nothing reset in between
+    (Dynamo keeps one cache entry per backend). A backend that fails here gets its row
+    marked failed.
+    """
+    settings, device = work.settings, work.device
+    torch._dynamo.reset()
+    contenders, timed = [lambda: work.run(work.eager)], []
+    for row in rows:
+        try:
+            module, compiled, out, _ = _compile_and_run(work, row.backend)
+            del out
+            work.drop_grads(module)
+            contenders.append(work.iteration(compiled, settings.compile_mode))
+            timed.append((row, module))
+        except Exception as error:  # noqa: BLE001 - one backend's failure must not stop the others
+            log.debug("%s on %s failed when timed", row.model, row.backend, exc_info=True)
+            row.status = STATUS_OOM if isinstance(error, torch.cuda.OutOfMemoryError) else STATUS_FAILED
+            row.note = "; ".join(filter(None, [row.note, describe_error(error)]))
+    if not timed:
+        return time_first_call(contenders[0], device)[1]
+    eager, *compiled_times = time_contenders(contenders, device, settings.warmup, settings.repeat)
+    for (row, _), times in zip(timed, compiled_times):
+        row.eager_ms, row.eager_iqr_ms = eager.median_s * 1e3, eager.iqr_s * 1e3
+        row.compiled_ms, row.compiled_iqr_ms = times.median_s * 1e3, times.iqr_s * 1e3
+        row.speedup, row.speedup_q1, row.speedup_q3 = eager.ratio_to(times)
+    return eager.median_s
 
 
 def cleanup(device: torch.device) -> None:
@@ -581,17 +612,37 @@ def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> I
         for backend in backends:
             yield row(backend, status, describe_error(error))
         return
-    for backend in backends:
-        result = row(backend, STATUS_FAILED, batch_size=work.batch_size)
+    results, first_calls = [], {}
+    with contextlib.ExitStack() as caches:  # each backend's disk cache lives until the timing
+        for backend in backends:
+            result = row(backend, STATUS_FAILED, batch_size=work.batch_size)
+            results.append(result)
+            try:
+                caches.enter_context(fresh_disk_cache(backend))
+                first_calls[backend] = _measure_backend(work, backend, result)
+            except Exception as error:  # noqa: BLE001 - one backend's failure must not stop the run
+                log.debug("%s on %s failed", spec.name, backend, exc_info=True)
+                result.status = STATUS_OOM if isinstance(error, torch.cuda.OutOfMemoryError) else STATUS_FAILED
+                result.note = "; ".join(filter(None, [result.note, describe_error(error)]))
+            finally:
+                cleanup(device)
+        measured = [r for r in results if r.status == STATUS_OK]
         try:
-            _measure_backend(work, backend, result)
-        except Exception as error:  # noqa: BLE001 - one backend's failure must not stop the run
-            log.debug("%s on %s failed", spec.name, backend, exc_info=True)
-            result.status = STATUS_OOM if isinstance(error, torch.cuda.OutOfMemoryError) else STATUS_FAILED
-            result.note = "; ".join(filter(None, [result.note, describe_error(error)]))
+            eager_s = _time_together(work, measured)
+        except Exception as error:  # noqa: BLE001 - reported in every row it cost its timing
+            log.debug("%s: timing failed", spec.name, exc_info=True)
+            eager_s = None
+            for result in measured:
+                result.status = STATUS_OOM if isinstance(error, torch.cuda.OutOfMemoryError) else STATUS_FAILED
+                result.note = "; ".join(filter(None, [result.note, describe_error(error)]))
         finally:
             cleanup(device)
-        yield result
+    for result in results:
+        if result.backend in first_calls and eager_s is not None:
+            # As the dynamo benchmarks do: the first call's time less one eager iteration.
+            cold_s, warm_s = first_calls[result.backend]
+            result.compile_cold_s, result.compile_warm_s = cold_s - eager_s, warm_s - eager_s
+    yield from results
     del work
     cleanup(device)
 
