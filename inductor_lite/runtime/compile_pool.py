@@ -173,7 +173,10 @@ def _run(job: tuple) -> tuple[bool, Any]:
 
 
 def _start_worker() -> subprocess.Popen:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", INDUCTOR_LITE_COMPILE_WORKERS="0")
+    # the worker imports this copy of inductor_lite, wherever this process found it
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    python_path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", INDUCTOR_LITE_COMPILE_WORKERS="0", PYTHONPATH=python_path)
     worker = subprocess.Popen([sys.executable, "-m", "inductor_lite.runtime.compile_worker"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     with _lock:
