@@ -3,8 +3,8 @@
 One binary build (`launcher.build_binary`: our NVPTX lowering, LLVM's O3 and code
 generation, then the PTX assembler) keeps one CPU core busy for a few hundred
 milliseconds, and the first CUDA call of a tuned kernel builds one binary per candidate
-config. Built one after another, that is most of a cold compile: resnet50's first call
-spent 127 of its 139 s on 293 builds (docs/performance.md). `prebuild` hands a
+config. Built one after another, that is most of a cold compile (docs/performance.md
+has a profile). `prebuild` hands a
 kernel's builds to worker processes instead, as TorchInductor's ``async_compile``
 hands Triton kernels to its pool, and waits for them; `take` then gives each binary to
 the launcher that asks for it, which counts, logs and caches it as if it had built it.
@@ -19,8 +19,8 @@ data), not its Python source: the frontend runs here, where the kernel's module 
 Each worker is ``python -m inductor_lite.runtime.compile_worker``, fed pickled jobs on
 its stdin, with ``CUDA_VISIBLE_DEVICES`` empty. Not ``multiprocessing``: its spawned
 children re-run the user's main script, and a forked child of a process that has
-initialised CUDA must not touch CUDA. A worker costs an import of torch once (about a
-second) and then assembles with nvJitLink or ptxas, never the CUDA driver (it has no
+initialised CUDA must not touch CUDA. A worker costs an import of torch once and then
+assembles with nvJitLink or ptxas, never the CUDA driver (it has no
 CUDA context), so the workers are used only where this process would pick the same
 assembler (`can_build_in_workers`). One thread here per worker writes a job and
 waits for its answer. ``config.compile_workers`` sets how many; 0 or 1 builds
