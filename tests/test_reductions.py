@@ -77,9 +77,9 @@ def _to_fp64(x):
 def assert_close(got, eager, ref64, what="output", magnitude=None):
     """``got`` against eager (dtype, shape, NaN/inf positions, integers) and the fp64
     reference (values): within the dtype's tolerance plus twice eager's own error, or
-    one accumulation rounding (fp32 epsilon) of ``magnitude`` (the function of the
-    inputs' absolute values, in fp64: for a sum, the sum of absolute values, which
-    bounds the rounding error of any summation order up to a log factor)."""
+    one accumulation rounding (fp32's epsilon; fp64's for fp64) of ``magnitude``: the
+    function of the inputs' absolute values, in fp64 (for a sum, the sum of absolute
+    values, which bounds the rounding error of any summation order up to a log factor)."""
     assert got.dtype == eager.dtype and got.shape == eager.shape, f"{what}: {got.dtype}{list(got.shape)} " \
                                                                   f"vs eager {eager.dtype}{list(eager.shape)}"
     got = got.detach().cpu()
@@ -88,6 +88,7 @@ def assert_close(got, eager, ref64, what="output", magnitude=None):
         assert torch.equal(got, eager), f"{what}: {got} != eager {eager}"
         return
     tol = TOL[eager.dtype]
+    epsilon = torch.finfo(torch.float64 if eager.dtype == torch.float64 else torch.float32).eps  # accumulation
     ref = ref64.detach().cpu().double()
     nan = torch.isnan(eager)
     assert torch.equal(torch.isnan(got), nan), f"{what}: NaN at {torch.isnan(got).nonzero().tolist()[:8]}, " \
@@ -100,9 +101,8 @@ def assert_close(got, eager, ref64, what="output", magnitude=None):
         return
     assert torch.isfinite(ref).all(), f"{what}: the fp64 reference is not finite where eager is"
     slack = 2 * float((eager - ref).abs().max())
-    if magnitude is not None and magnitude.shape == eager.shape:
-        epsilon = torch.finfo(torch.float64 if eager.dtype == torch.float64 else torch.float32).eps
-        slack = max(slack, epsilon * float(magnitude.detach().cpu().double().abs().nan_to_num().max()))
+    if magnitude is not None and magnitude.numel():
+        slack = max(slack, epsilon * float(magnitude.detach().cpu().double().abs().nan_to_num(0, 0, 0).max()))
     torch.testing.assert_close(got, ref, rtol=tol, atol=tol + slack, msg=lambda m: f"{what}: {m}")
 
 
