@@ -72,6 +72,41 @@ def test_a_failing_build_is_left_to_the_launcher():
     assert compile_pool.prebuild(jobs, CC) == 2
 
 
+def test_a_candidate_that_does_not_build_is_left_to_the_launcher():
+    # a block past the DSL's size limit fails in the frontend, here: the others still build
+    jobs = builds(blocks=(32, 64, 1 << 22))
+    assert compile_pool.prebuild(jobs, CC) == 2
+
+
+def test_a_hung_worker_is_killed_and_the_pool_stopped(monkeypatch):
+    logged = []
+    monkeypatch.setattr(compile_pool, "log_artifact", lambda artifact, text: logged.append(text))
+    monkeypatch.setattr(compile_pool, "JOB_TIMEOUT_S", 0.5)
+    real_start = compile_pool._start_worker
+    hung = []
+
+    def start_hung():
+        hung.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE))
+        with compile_pool._lock:
+            compile_pool._workers.append(hung[-1])
+        return hung[-1]
+
+    monkeypatch.setattr(compile_pool, "_start_worker", start_hung)
+    assert compile_pool.prebuild(builds(), CC) == 0
+    assert len(logged) == 1 and "TimeoutError" in logged[0]
+    assert hung and all(w.poll() is not None for w in hung)  # killed, not left running
+    monkeypatch.setattr(compile_pool, "_start_worker", real_start)
+
+
+def test_workers_import_this_copy_of_inductor_lite(tmp_path, monkeypatch):
+    # another (broken) inductor_lite in the working directory must not be the workers'
+    (tmp_path / "inductor_lite").mkdir()
+    (tmp_path / "inductor_lite" / "__init__.py").write_text("raise ImportError('the wrong inductor_lite')\n")
+    monkeypatch.chdir(tmp_path)
+    assert compile_pool.prebuild(builds(), CC) == 3
+
+
 def test_a_dead_worker_stops_the_pool_and_is_logged(monkeypatch):
     logged = []
     monkeypatch.setattr(compile_pool, "log_artifact", lambda artifact, text: logged.append((artifact, text)))

@@ -295,7 +295,7 @@ class WrapperCodegen:
             return name
         constant = self.graph.graph_inputs.get(name)
         if constant is None or not constant.is_constant:
-            return f"{name}.to({self.out.device(device)}, non_blocking=True)"
+            return f"{name}.to({self.out.device(device)})"  # blocking: eager reads the value at launch
         copy = f"{name}_{self.out.device(device)}"
         line = f"{copy} = constant_on({name}, {self.out.device(device)})"
         if line not in self.bindings:

@@ -16,16 +16,18 @@ is still missing for its real arguments.
 What travels to a worker is the kernel's block IR (``Kernel.build_ir``, plain picklable
 data), not its Python source: the frontend runs here, where the kernel's module is.
 
-Each worker is ``python -m inductor_lite.runtime.compile_worker``, fed pickled jobs on
-its stdin, with ``CUDA_VISIBLE_DEVICES`` empty. Not ``multiprocessing``: its spawned
+Each worker is a Python process running `compile_worker.main` from this copy of
+inductor_lite, fed pickled jobs on its stdin, with ``CUDA_VISIBLE_DEVICES`` empty. Not ``multiprocessing``: its spawned
 children re-run the user's main script, and a forked child of a process that has
 initialised CUDA must not touch CUDA. A worker costs an import of torch once and then
 assembles with nvJitLink or ptxas, never the CUDA driver (it has no
 CUDA context), so the workers are used only where this process would pick the same
 assembler (`can_build_in_workers`). One thread here per worker writes a job and
 waits for its answer. ``config.compile_workers`` sets how many; 0 or 1 builds
-everything in this process. A worker that dies stops the pool for good (logged under
-``cache``); the builds go on here.
+everything in this process. A worker that dies, or a build that takes longer than
+`JOB_TIMEOUT_S`, stops the pool for good (logged under ``cache``); the builds go on
+here. A job carries this process's toolchain versions, and a worker whose own differ
+(another copy of inductor_lite) refuses it.
 """
 
 from __future__ import annotations
@@ -41,9 +43,14 @@ import threading
 from typing import Any, Optional, Sequence
 
 from ..config import config
+from ..dsl import compiler
 from ..logs import log_artifact
 
 _HEADER = struct.Struct("<Q")  # every message: its byte length, then a pickle
+
+JOB_TIMEOUT_S = 600.0
+"""How long `prebuild` waits for one binary before it stops the workers (a build that
+hangs a worker must not hang the compile; the launcher then builds in this process)."""
 
 _executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _executor_size = 0
@@ -95,15 +102,22 @@ def prebuild(builds: Sequence[tuple[Any, tuple[Any, int, int, Optional[int]]]], 
     executor = _get_executor() if len(todo) > 1 else None
     if executor is None:
         return 0
-    futures = {key: executor.submit(_run, (kernel.build_ir(spec), cc, num_warps, num_stages, maxnreg))
-               for key, (kernel, spec, num_warps, num_stages, maxnreg) in todo.items()}
+    toolchain = compiler.toolchain_versions()
+    futures = {}
+    for key, (kernel, spec, num_warps, num_stages, maxnreg) in todo.items():
+        try:
+            fn = kernel.build_ir(spec)
+        except Exception:  # noqa: BLE001 - a candidate that does not build: the launcher reports it
+            continue
+        futures[key] = executor.submit(_run, (toolchain, (fn, cc, num_warps, num_stages, maxnreg)))
     built = 0
     for key, future in futures.items():
         try:
-            ok, result = future.result()
+            ok, result = future.result(timeout=JOB_TIMEOUT_S)
         except Exception as error:  # noqa: BLE001 - build errors come back as answers: this is the worker itself
-            _stop(f"compile worker failed ({type(error).__name__}: {error}): building in this process from now on")
-            continue
+            if not _broken:
+                _stop(f"compile worker failed ({type(error).__name__}: {error}): building in this process from now on")
+            break
         if ok:
             _ready[key] = result
             built += 1
@@ -146,6 +160,12 @@ def take(key: str) -> Optional[Any]:
     return _ready.pop(key, None) if _ready else None
 
 
+def forget_built() -> None:
+    """Drop the binaries built and not taken (`launcher.clear_memory_cache` calls this:
+    a bench's warm compile must build, or find on disk, what it needs)."""
+    _ready.clear()
+
+
 def shutdown() -> None:
     """Stop the workers (a later `prebuild` starts new ones) and drop unused binaries."""
     global _broken
@@ -156,6 +176,8 @@ def shutdown() -> None:
 
 def _run(job: tuple) -> tuple[bool, Any]:
     """Run one job in this executor thread's worker: ``(True, binary)`` or ``(False, error text)``."""
+    if _broken:
+        raise WorkerDied("the compile workers were stopped")
     worker = getattr(_local, "worker", None)
     if worker is None or worker.poll() is not None:
         worker = _local.worker = _start_worker()
@@ -172,12 +194,22 @@ def _run(job: tuple) -> tuple[bool, Any]:
         raise WorkerDied(f"worker {worker.pid} exited with code {worker.wait()}") from None
 
 
+# The worker's bootstrap: keep the real stdout for answers and send anything printed
+# (during the imports too) to stderr, then import this very copy of inductor_lite
+# (``python -m`` would put the working directory, maybe another checkout, first).
+_BOOTSTRAP = """import os, sys
+answers = os.dup(1)
+os.dup2(2, 1)
+sys.path.insert(0, {root!r})
+from inductor_lite.runtime.compile_worker import main
+main(answers)
+"""
+
+
 def _start_worker() -> subprocess.Popen:
-    # the worker imports this copy of inductor_lite, wherever this process found it
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    python_path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", INDUCTOR_LITE_COMPILE_WORKERS="0", PYTHONPATH=python_path)
-    worker = subprocess.Popen([sys.executable, "-m", "inductor_lite.runtime.compile_worker"], stdin=subprocess.PIPE,
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", INDUCTOR_LITE_COMPILE_WORKERS="0")
+    worker = subprocess.Popen([sys.executable, "-c", _BOOTSTRAP.format(root=root)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     with _lock:
         _workers.append(worker)
@@ -189,30 +221,34 @@ def _get_executor() -> Optional[concurrent.futures.ThreadPoolExecutor]:
     size = config.compile_workers
     if size < 2 or _broken or not can_build_in_workers():
         return None
-    if _executor is not None and _executor_size != size:
+    with _lock:
+        stale = _executor is not None and _executor_size != size
+    if stale:
         _stop(None)
-    if _executor is None:
-        _executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="inductor_lite_compile")
-        _executor_size = size
-    return _executor
+    with _lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix="inductor_lite_compile")
+            _executor_size = size
+        return _executor
 
 
 def _stop(reason: Optional[str]) -> None:
+    """Shut the executor down and kill the workers (a thread waiting on one then reads
+    end of file and ends); with a ``reason``, for good, and logged."""
     global _executor, _broken, _local
     if reason is not None:
         _broken = True
         log_artifact("cache", reason)
-    executor, _executor = _executor, None
-    if executor is not None:
-        executor.shutdown(wait=False, cancel_futures=True)
     with _lock:
+        executor, _executor = _executor, None
         workers = list(_workers)
         _workers.clear()
-    for worker in workers:  # end of input ends a worker
-        try:
-            worker.stdin.close()
-        except OSError:
-            pass
+    for worker in workers:
+        worker.kill()
+    if executor is not None:
+        executor.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.wait()
     _local = threading.local()
 
 

@@ -362,9 +362,9 @@ class CUDAGraphRunner:
                 if _binaries_loaded() != loaded:
                     raise RuntimeError("a kernel binary was built or loaded during capture")
         except Exception as error:  # noqa: BLE001 - any capture failure means plain launches
-            _reset_generators_after_failed_capture(stream)
             self.disabled = True
             record_skip(self.name, f"capture failed: {type(error).__name__}: {error}")
+            _reset_generators_after_failed_capture(self.name, stream)
             return _OutputPlan(warmup_outputs, graph_inputs).outputs(inputs)
         recording = _Recording(graph, buffers, _OutputPlan(captured, graph_inputs))
         del warmup_outputs, captured, graph_inputs
@@ -505,17 +505,23 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
     return stream
 
 
-def _reset_generators_after_failed_capture(stream: torch.cuda.Stream) -> None:
+def _reset_generators_after_failed_capture(name: str, stream: torch.cuda.Stream) -> None:
     """Take the CUDA random generators out of capture mode after a failed capture.
 
     A capture that fails never reaches the epilogue of ``CUDAGraph::capture_end``, so the
     generators it registered stay in capture mode and the next random op outside a
     capture raises "Offset increment outside graph capture encountered unexpectedly".
-    An empty capture on the same stream runs the prologue and the epilogue again."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch warns that the graph is empty
-        with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream):
-            pass
+    An empty capture on the same stream runs the prologue and the epilogue again (for
+    the default generator, the one a capture registers unless told otherwise). If
+    that fails too, it is logged and the plain launches go on."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns that the graph is empty
+            with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream, capture_error_mode="thread_local"):
+                pass
+    except Exception as error:  # noqa: BLE001 - the fallback must not fail on this
+        log_artifact("cudagraphs", f"{name}: resetting the CUDA generators after the failed capture failed too: "
+                                   f"{type(error).__name__}: {error}")
 
 
 def _binaries_loaded() -> int:

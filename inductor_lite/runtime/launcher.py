@@ -362,6 +362,7 @@ def clear_memory_cache() -> None:
     Modules stay loaded in the driver: captured CUDA graphs may still use them."""
     _loaded.clear()
     _pinned.clear()
+    compile_pool.forget_built()
     for holder in list(_memory_caches):
         holder.clear_memory_cache()
 

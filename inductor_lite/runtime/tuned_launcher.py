@@ -78,7 +78,7 @@ def bind_tuned_launcher(kernel: Any, device: int | str | torch.device, arg_kinds
             ``((3, "XBLOCK"),)``: the launch runs ``prod(cdiv(args[i], block))`` programs.
         mutated: positions of tensor arguments the kernel writes over memory it also
             reads (an output in place over a dead input, a scatter's target). Tuning
-            launches each candidate many times, so it writes these into scratch copies
+            launches each candidate many times, so it writes these into scratch buffers
             (TorchInductor's autotuner clones its ``mutated_arg_names`` likewise); the
             chosen config then launches once on the real arguments.
 
