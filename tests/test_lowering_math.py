@@ -146,6 +146,7 @@ UNARY = {
     "logsigmoid": (F.logsigmoid, (-30, 30), [-100.0, 100.0]),
     "round_decimals_2": (lambda x: torch.round(x, decimals=2), (-100, 100), [0.125, -0.375, 1e30]),
     "round_decimals_-1": (lambda x: torch.round(x, decimals=-1), (-1000, 1000), [25.0, 35.0, -45.0]),
+    "round_decimals_309": (lambda x: torch.round(x, decimals=309), (-10, 10), []),  # 10**309: inf, NaN out
     "mvlgamma": (lambda x: torch.mvlgamma(x, 3), (1.01, 20), []),
 }
 

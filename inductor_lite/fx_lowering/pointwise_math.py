@@ -168,7 +168,7 @@ def _lower_round_decimals(ctx, x, decimals=0):
     if not dtype.is_floating_point:
         raise NoLowering("round(decimals=) of an integer tensor")
     half_steps = ctx.device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
-    p = 10.0 ** abs(decimals)
+    p = 10.0 ** abs(decimals) if abs(decimals) <= 308 else math.inf  # ATen's double pow overflows to inf
     if half_steps:
         p = torch.tensor(p).to(dtype).item()
 
