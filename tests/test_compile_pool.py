@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
-import inductor_lite.dsl as dl
 from inductor_lite.config import Config, ConfigError, check_option, config
 from inductor_lite.dsl import assembler
 from inductor_lite.codegen.wrapper import load_module
 from inductor_lite.runtime import compile_pool, driver, launcher
+from dsl_corpus import axpy_kernel
 from test_runtime_launch import cuda_like, cuda_wrapper, stub  # noqa: F401  (stub is a fixture)
 from test_runtime_cache import fake_driver  # noqa: F401  (a fixture stub uses)
 
@@ -23,18 +23,9 @@ pytestmark = pytest.mark.skipif(not compile_pool.can_build_in_workers(),
 CC = (9, 0)
 
 
-@dl.kernel
-def axpy(x_ptr, y_ptr, out_ptr, n, alpha, XBLOCK: dl.constexpr):
-    offs = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)
-    mask = offs < n
-    x = dl.load(x_ptr + offs, mask=mask, other=0.0)
-    y = dl.load(y_ptr + offs, mask=mask, other=0.0)
-    dl.store(out_ptr + offs, alpha * x + dl.exp(y), mask=mask)
-
-
 def builds(blocks=(32, 64, 128), num_warps=4):
     signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": "fp32"}
-    return [(axpy, (axpy.specialize_signature(signature, {"XBLOCK": b}, [0, 1, 2]), num_warps, 1, None))
+    return [(axpy_kernel, (axpy_kernel.specialize_signature(signature, {"XBLOCK": b}, [0, 1, 2]), num_warps, 1, None))
             for b in blocks]
 
 
@@ -51,9 +42,9 @@ def test_workers_build_what_this_process_builds_and_hand_each_out_once():
     assert compile_pool.prebuild(jobs, CC) == 3
     assert compile_pool.prebuild(jobs, CC) == 0  # already waiting: not built twice
     for _, (spec, num_warps, num_stages, maxnreg) in jobs:
-        key = launcher.binary_key(axpy, spec, num_warps, CC, num_stages, maxnreg)
+        key = launcher.binary_key(axpy_kernel, spec, num_warps, CC, num_stages, maxnreg)
         got = compile_pool.take(key)
-        want = launcher.build_binary(axpy.build_ir(spec), CC, num_warps, num_stages, maxnreg)
+        want = launcher.build_binary(axpy_kernel.build_ir(spec), CC, num_warps, num_stages, maxnreg)
         assert got is not None and compile_pool.take(key) is None
         assert (got.ptx, got.param_types, got.num_warps, got.shared_bytes) == \
             (want.ptx, want.param_types, want.num_warps, want.shared_bytes)

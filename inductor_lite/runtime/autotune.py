@@ -104,7 +104,7 @@ def autotune(name: str, key: Hashable, candidates: Sequence[C], run: Callable[[C
     """
     if not candidates:
         raise ValueError(f"autotune {name}: no candidate configs")
-    if len(candidates) == 1 or device.type != "cuda" or not config.autotune or config.interpret:
+    if not _tunes(candidates, device):
         return candidates[0]
     # The per-launch path: one dict lookup, no device query and no str() of configs.
     memory_key = (name, key, tuple(candidates), device)
@@ -130,13 +130,18 @@ def known_decision(name: str, key: Hashable, candidates: Sequence[C], device: to
     """
     if not candidates:
         raise ValueError(f"autotune {name}: no candidate configs")
-    if len(candidates) == 1 or device.type != "cuda" or not config.autotune or config.interpret:
+    if not _tunes(candidates, device):
         return candidates[0]
     index = _decisions.get((name, key, tuple(candidates), device))
     if index is None:
         labels, path = _labels_and_path(name, key, candidates, device)
         index = _read_decision(path, labels)
     return None if index is None else candidates[index]
+
+
+def _tunes(candidates: Sequence, device: torch.device) -> bool:
+    """Whether `autotune` times ``candidates`` at all (else the default is the choice)."""
+    return len(candidates) > 1 and device.type == "cuda" and config.autotune and not config.interpret
 
 
 def _labels_and_path(name: str, key: Hashable, candidates: Sequence[C], device: torch.device) -> tuple[list[str], str]:
