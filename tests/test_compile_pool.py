@@ -170,3 +170,36 @@ def test_a_loaded_cuda_module_prebuilds_the_binaries_its_first_call_asks_for(stu
             key = launcher.binary_key(launch.kernel, build[0], build[1], driver.compute_capability(0), *build[2:])
             assert compile_pool.take(key) is not None
     assert stub.built == []  # nothing was built in this process
+
+
+_EXIT_MID_BUILD = """
+import subprocess, sys, threading, time
+sys.path[:0] = {paths!r}
+from inductor_lite.config import config
+from inductor_lite.runtime import compile_pool
+from test_compile_pool import builds, CC
+
+def start_hung():  # a worker that never answers: a build that would take a minute
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    with compile_pool._lock:
+        compile_pool._workers.append(worker)
+    return worker
+
+compile_pool._start_worker = start_hung
+config.compile_workers = 2
+# the compile runs off the main thread (as a backward's does, in autograd's thread)
+threading.Thread(target=compile_pool.prebuild, args=(builds(blocks=(32, 64, 128, 256, 512)), CC), daemon=True).start()
+while len(compile_pool._workers) < 2:
+    time.sleep(0.05)
+"""
+
+
+def test_exit_mid_compile_kills_the_workers_instead_of_waiting_for_the_queue(tmp_path):
+    # Ctrl-C during a compile: the interpreter's exit must not wait for queued builds
+    import os
+    paths = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(__file__))]
+    script = _EXIT_MID_BUILD.format(paths=paths)
+    env = dict(os.environ, INDUCTOR_LITE_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], env=env, timeout=45, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
 import os
 import pickle
 import struct
@@ -252,4 +253,9 @@ def _stop(reason: Optional[str]) -> None:
     _local = threading.local()
 
 
-atexit.register(_stop, None)
+# At exit, kill the workers and cancel queued builds before the interpreter joins the
+# executor's threads: its exit hook lets them finish every queued build first, which
+# after a Ctrl-C in the middle of a compile meant minutes of waiting. Hooks registered
+# with `threading._register_atexit` run in reverse order, so this one precedes the
+# executor's (registered when concurrent.futures.thread was imported, above).
+getattr(threading, "_register_atexit", atexit.register)(_stop, None)
