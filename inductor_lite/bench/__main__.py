@@ -25,7 +25,7 @@ import logging
 import os
 import platform
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -182,8 +182,10 @@ def _progress() -> Any:
     )
 
 
-def run(specs: list[ModelSpec], backends: list[str], settings: Settings) -> list[Result]:
-    """Measure every model on every backend, with a progress bar on stderr."""
+def run(specs: list[ModelSpec], backends: list[str], settings: Settings,
+        on_row: Callable[[list[Result]], None] | None = None) -> list[Result]:
+    """Measure every model on every backend, with a progress bar on stderr; ``on_row``
+    gets the rows so far after each one (the CLI rewrites ``--output`` with them)."""
     rows: list[Result] = []
     progress = _progress()
     with progress:
@@ -200,6 +202,8 @@ def run(specs: list[ModelSpec], backends: list[str], settings: Settings) -> list
                 speedup = "-" if row.speedup is None else f"{row.speedup:.2f}x"
                 print(f"{row.model} / {row.backend}: {row.status}, accuracy {row.accuracy or '-'}, "
                       f"speedup {speedup}", flush=True)
+                if on_row is not None:
+                    on_row(rows)
     return rows
 
 
@@ -235,10 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         print_profiles(run_profiles(specs, backends, settings, args.profile_calls, args.top))
         return 0
-    rows = run(specs, backends, settings)
+    meta = _metadata(backends, settings)
+    # The output file is rewritten after every row, so a run cut short keeps what it measured.
+    on_row = (lambda rows: write_results(rows, args.output, meta)) if args.output else None
+    rows = run(specs, backends, settings, on_row)
     print_summary(rows)
     if args.output:
-        write_results(rows, args.output, _metadata(backends, settings))
         print(f"results written to {args.output}")
     if args.plot:
         mode = "" if settings.compile_mode == "default" else f", {settings.compile_mode}"
