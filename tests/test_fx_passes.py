@@ -481,3 +481,34 @@ def test_gpu_pad_mm_lm_head():
         out = _compile(lambda a, b: a @ b.t())(x, w)
     assert counters["pass.pad_mm"] == 1
     torch.testing.assert_close(out.float(), x.float() @ w.float().t(), atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("times, pays", [((1.0, 0.5), True), ((1.0, 0.95), False)])
+@pytest.mark.parametrize("returned", [True, False])
+def test_pad_mm_pads_where_timing_says_it_pays(monkeypatch, times, pays, returned):
+    """Off CUDA the pass never times (no padding); `padding_pays` itself times the
+    unpadded GEMM against the padded one, copy included where the result is copied,
+    once per signature."""
+    import importlib
+    from inductor_lite.runtime.timing import Timer
+    pad_mm_module = importlib.import_module("inductor_lite.fx_passes.pad_mm")  # the package exports the function
+    monkeypatch.setattr(pad_mm_module, "_decisions", {})
+    timed = []
+
+    def median_seconds(self, contenders):
+        for calls in contenders:
+            calls[0]()  # both contenders run on real tensors
+        timed.append(len(contenders))
+        return list(times)
+
+    monkeypatch.setattr(Timer, "median_seconds", median_seconds)
+    copies = []
+    real_contiguous = torch.Tensor.contiguous
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda self, *a, **k: copies.append(1) or real_contiguous(self))
+    a, b = _rand(5, 6), _rand(6, 7)
+    gm = _fake_graph((lambda x, y: x @ y) if returned else (lambda x, y: (x @ y).relu()), a, b)
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    assert pad_mm_module.padding_pays(node, 3, 2, 1) is pays
+    assert pad_mm_module.padding_pays(node, 3, 2, 1) is pays  # decided once
+    assert timed == [2]
+    assert bool(copies) == returned  # a pointwise consumer fuses the copy: not timed

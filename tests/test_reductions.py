@@ -151,6 +151,14 @@ def run_compiled(fn, *args, tmp_path, dynamic=None, allowed_externs=()):
     return names, got
 
 
+@pytest.fixture
+def unsplit(monkeypatch):
+    """Row reductions over few long rows stay one kernel: these tests check its forms
+    (split reductions have tests of their own)."""
+    from inductor_lite.fx_lowering import reductions
+    monkeypatch.setattr(reductions, "SPLIT_MIN_RNUMEL", 1 << 62)
+
+
 def kind(cols):
     """The kernel prefix a row reduction over ``cols`` static elements gets."""
     return "per" if heuristics.next_power_of_2(cols) <= heuristics.PERSISTENT_MAX_RBLOCK else "red"
@@ -233,7 +241,7 @@ ROW_REDUCTIONS = {
 @pytest.mark.parametrize("cols", ALL_COLS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name", list(ROW_REDUCTIONS))
-def test_row_reduction(name, dtype, cols, tmp_path):
+def test_row_reduction(name, dtype, cols, tmp_path, unsplit):
     fn = ROW_REDUCTIONS[name]
     x = randn(3, cols, dtype=dtype)
     names, _ = run_compiled(fn, x, tmp_path=tmp_path)
@@ -242,7 +250,7 @@ def test_row_reduction(name, dtype, cols, tmp_path):
 
 @pytest.mark.parametrize("cols", ALL_COLS)
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
-def test_integer_sums_are_exact(dtype, cols, tmp_path):
+def test_integer_sums_are_exact(dtype, cols, tmp_path, unsplit):
     x = torch.randint(-2 ** 20, 2 ** 20, (3, cols), dtype=dtype)
     x[0, 0] = 2 ** 30 if dtype == torch.int64 else 0  # an int64 sum beyond int32
     names, _ = run_compiled(lambda x: (x.sum(-1), (x * 3).sum(-1, keepdim=True)), x, tmp_path=tmp_path)
@@ -277,7 +285,7 @@ def test_cross_entropy_forward(tmp_path):
 
 @pytest.mark.parametrize("cols", ALL_COLS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_nan_propagates_and_ties_take_the_first_index(dtype, cols, tmp_path):
+def test_nan_propagates_and_ties_take_the_first_index(dtype, cols, tmp_path, unsplit):
     x = torch.randn(6, cols)
     x[0, 7] = x[0, cols - 3] = float("nan")  # two NaNs: the first one's index
     x[1, cols - 1] = float("nan")  # a NaN in the last element (the last chunk of a looped row)

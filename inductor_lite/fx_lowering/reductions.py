@@ -43,8 +43,11 @@ aten = torch.ops.aten
 
 SPLIT_MAX_NUMEL = 64
 """Row reductions with fewer outputs than this may be split (`split_factor`)..."""
-SPLIT_MIN_RNUMEL = 65536
-"""...when their rows have at least this many elements."""
+SPLIT_MIN_RNUMEL = 16384
+"""...when their rows have at least this many elements. One program reducing 32768
+elements that each gather from another tensor (cross-entropy's mean of per-row losses)
+took 35 us on an H200, and TorchInductor splits rows above 8192 elements on Hopper
+(``choices.reduction_split_factor``)."""
 SPLIT_TARGET_ROWS = 1024
 """A split row reduction aims at about this many partial rows: enough programs for any GPU."""
 SPLIT_MIN_CHUNK = 2048

@@ -7,8 +7,7 @@ GPT-2's LM head (N = 50257, bf16) takes 3.3 ms per call on an H100 that way, and
 padded GEMM computes the same sums; padded M rows and N columns are sliced off, and a
 result with padded rows is copied to eager's contiguous layout.
 
-The rule, decided from the shapes (TorchInductor decides by benchmarking,
-``fx_passes/pad_mm.py``; these are its facts, applied without a benchmark):
+The rule, as Inductor's (``fx_passes/pad_mm.py``, whose facts these are):
 
 - only CUDA tensors (``force=True`` lifts this for tests), with every size of the
   operands concrete and non-zero;
@@ -19,12 +18,18 @@ The rule, decided from the shapes (TorchInductor decides by benchmarking,
   the machine balance. With an H100 SXM's dense peaks (989 TFLOPS bf16/fp16, 495 TFLOPS
   TF32) and 3350 GB/s, as Inductor computes it (``1000 * TFLOPS / GB/s / 2``), that is
   `MIN_INTENSITY`: 148 for fp16/bf16, 74 for fp32 (TF32). Below it the padding copies
-  cost more than the slow kernel loses.
+  cost more than the slow kernel loses;
+- and only where it is faster on this GPU: the pass times, once per shape, the
+  unpadded GEMM against the padded one with its pads and, where the result is copied
+  back to eager's layout, that copy (`padding_pays`). Whether cuBLAS has a fast
+  kernel for a misaligned shape depends on the GPU and the library version: on an
+  H200 with torch 2.11, GPT-2's LM head ran as fast unpadded, and padding it cost a
+  copy of its 800 MB of logits.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.fx
@@ -37,6 +42,12 @@ ALIGNMENT = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4}
 
 MIN_INTENSITY = {torch.float16: 148.0, torch.bfloat16: 148.0, torch.float32: 74.0}
 """Arithmetic intensity above which a GEMM is compute-bound (see the module docstring)."""
+
+MIN_SPEEDUP = 1.1
+"""Padding must make the GEMM this much faster, copies included (Inductor's
+``is_padded_faster`` asks the same margin)."""
+
+_decisions: dict[tuple, bool] = {}  # `padding_pays` per GEMM signature, for this process
 
 
 def pad_mm(gm: torch.fx.GraphModule, force: bool = False) -> int:
@@ -57,7 +68,7 @@ def pad_mm(gm: torch.fx.GraphModule, force: bool = False) -> int:
         a, b = node.args[-2:]
         bias = node.args[0] if is_call(node, aten.addmm.default) else None
         plan = _plan(a, b, bias, force)
-        if plan is None:
+        if plan is None or not (force or padding_pays(node, *plan)):
             continue
         replace_node(gm, node, _emit(gm, node, a, b, bias, *plan))
         count += 1
@@ -107,17 +118,78 @@ def _emit(gm, node, a, b, bias, pad_m: int, pad_k: int, pad_n: int) -> torch.fx.
         out = build.call(aten.slice.Tensor, out, rank - 1, 0, n)
         # the slice's rows keep the padded stride; consumers that depend on the layout
         # (graph outputs, as_strided, views) get the contiguous result eager returns.
-        # A single pointwise consumer inlines the copy, so it costs nothing there.
+        # A pointwise consumer inlines the copy, so it costs nothing there.
         out = build.call(aten.clone.default, out, memory_format=torch.contiguous_format)
     return out
 
 
+def _copies_result(node: torch.fx.Node) -> bool:
+    """Whether `_emit`'s copy of ``node``'s padded result runs as a kernel of its own:
+    some user is not a pointwise op, into whose kernel the copy would fuse."""
+    return any(user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload)
+               or torch.Tag.pointwise not in user.target.tags for user in node.users)
+
+
+def padding_pays(node: torch.fx.Node, pad_m: int, pad_k: int, pad_n: int) -> bool:
+    """Whether the padded GEMM, with its pads and copy, runs `MIN_SPEEDUP` times faster
+    than ``node`` as it is, timed on random tensors of the same sizes, strides and
+    dtype on ``node``'s device (once per signature and process, `_decisions`). A GEMM
+    whose timing fails (out of memory, say) is left alone."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from ..runtime.timing import Timer
+
+    vals = [tensor_val(arg) if isinstance(arg, torch.fx.Node) else arg for arg in node.args]
+    copies = bool(pad_n) and _copies_result(node)
+    key = (node.target, tuple((tuple(v.shape), v.stride(), v.dtype) if isinstance(v, torch.Tensor) else v
+                              for v in vals), tuple(sorted(node.kwargs.items())), pad_m, pad_k, pad_n, copies,
+           str(tensor_val(node).device))
+    if key in _decisions:
+        return _decisions[key]
+    *bias, a, b = range(len(vals))
+    device = tensor_val(node).device
+    m, n = tensor_val(node).shape[-2:]
+    try:
+        with unset_fake_temporarily():
+            args = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device).normal_()
+                    if isinstance(v, torch.Tensor) else v for v in vals]
+
+            def unpadded():
+                node.target(*args, **node.kwargs)
+
+            def padded():
+                x = list(args)
+                if pad_m or pad_k:
+                    x[a] = torch.constant_pad_nd(args[a], [0, pad_k, 0, pad_m])
+                if pad_k or pad_n:
+                    x[b] = torch.constant_pad_nd(args[b], [0, pad_n, 0, pad_k])
+                if bias and any(widths := _bias_widths(args[0].shape, pad_m, pad_n)):
+                    x[0] = torch.constant_pad_nd(args[0], widths)
+                out = node.target(*x, **node.kwargs)[..., :m, :n]
+                if copies:
+                    out.contiguous()
+
+            unpadded_s, padded_s = Timer(device, warmup=2, repeat=10).median_seconds([[unpadded], [padded]])
+            del args
+    except RuntimeError:  # out of memory, say: timing is best effort
+        _decisions[key] = False
+    else:
+        _decisions[key] = padded_s * MIN_SPEEDUP < unpadded_s
+    return _decisions[key]
+
+
 def _pad_bias(build: GraphBuilder, bias: torch.fx.Node, pad_m: int, pad_n: int) -> torch.fx.Node:
     """``addmm``'s ``input`` (broadcast to ``[M, N]``) padded where it has the full size."""
-    shape = tensor_val(bias).shape
-    widths = []  # constant_pad_nd's order: last dim first
-    for pad, dim in ((pad_n, -1), (pad_m, -2)):
-        widths += [0, pad if len(shape) >= -dim and shape[dim] != 1 else 0]
+    widths = _bias_widths(tensor_val(bias).shape, pad_m, pad_n)
     if not any(widths):
         return bias
-    return build.call(aten.constant_pad_nd.default, bias, widths[:2 * len(shape)], 0.0)
+    return build.call(aten.constant_pad_nd.default, bias, widths, 0.0)
+
+
+def _bias_widths(shape: Sequence[int], pad_m: int, pad_n: int) -> list[int]:
+    """``constant_pad_nd``'s widths (last dim first) for a bias of ``shape`` broadcast
+    to ``[M, N]``: only the dimensions it has at full size grow."""
+    widths = []
+    for pad, dim in ((pad_n, -1), (pad_m, -2)):
+        widths += [0, pad if len(shape) >= -dim and shape[dim] != 1 else 0]
+    return widths[:2 * len(shape)]
