@@ -39,6 +39,10 @@ compile_workers     INDUCTOR_LITE_COMPILE_WORKERS    processes that build kernel
                                                      parallel (default: the CPUs this
                                                      process may use, at most 16); 0 or 1:
                                                      build in this process
+emulate_precision_  INDUCTOR_LITE_EMULATE_PRECISION_ 1: round every fp16/bf16 intermediate
+casts               CASTS                            inside a kernel as eager does; 0
+                                                     (default): keep it in fp32, rounding
+                                                     only what is stored (as TorchInductor)
 ==================  ===============================  =======================================
 """
 
@@ -133,6 +137,7 @@ _KNOBS = {
     "fallback_on_error": _Knob("INDUCTOR_LITE_FALLBACK_ON_ERROR", bool, _parse_bool),
     "autotune": _Knob("INDUCTOR_LITE_AUTOTUNE", bool, _parse_bool),
     "compile_workers": _Knob("INDUCTOR_LITE_COMPILE_WORKERS", int, _parse_int, _non_negative),
+    "emulate_precision_casts": _Knob("INDUCTOR_LITE_EMULATE_PRECISION_CASTS", bool, _parse_bool),
 }
 """Each knob's variable, type, parser and range check; the keys are `Config`'s fields."""
 
@@ -176,6 +181,7 @@ class Config:
     fallback_on_error: bool = True
     autotune: bool = True
     compile_workers: int = dataclasses.field(default_factory=_default_compile_workers)
+    emulate_precision_casts: bool = False
 
     def __post_init__(self):
         # variable=value: problem, per bad environment variable (not a knob: no dataclass field)

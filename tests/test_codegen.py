@@ -456,3 +456,22 @@ def test_complex_scalar_extern_argument():
     torch._dynamo.reset()
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_16_bit_intermediates_stay_fp32_unless_emulated(dtype, emulate):
+    """(a + b) - a with b a quarter of a's ulp: eager rounds a + b back to a (0); a fused
+    kernel keeps a + b in fp32 (b, as Inductor's kernels do) unless told to emulate
+    eager's rounding. The stored result is rounded either way."""
+    import inductor_lite  # noqa: F401  (registers the backend)
+
+    ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    a = torch.full((64,), 1.0, dtype=dtype)
+    b = torch.full((64,), ulp / 4, dtype=dtype)
+    torch._dynamo.reset()
+    with config.patch(emulate_precision_casts=emulate):
+        out = torch.compile(lambda a, b: ((a + b) - a) * 2, backend="inductor_lite")(a, b)
+    expected = torch.zeros_like(a) if emulate else torch.full_like(a, ulp / 2)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)

@@ -399,21 +399,27 @@ def test_pad_mm_through_backend_forced():
     torch.testing.assert_close(out, (a @ b).t().relu())
 
 
-def test_pad_mm_result_has_eager_layout(monkeypatch):
-    """A padded GEMM's result read through as_strided, or returned, has the contiguous
-    layout eager gives it (not the padded rows' stride)."""
+def test_pad_mm_result_layout(monkeypatch):
+    """A padded GEMM's result read through as_strided, or a view the padded rows do not
+    allow, has the contiguous layout eager gives it; returned, or through a view only the
+    output reads, it keeps the padded row stride (as TorchInductor returns it)."""
     from inductor_lite import fx_passes
     monkeypatch.setattr(fx_passes, "PASSES", [("pad_mm", lambda gm: pad_mm(gm, force=True))])
-    a, b = _rand(5, 7), _rand(7, 9)
+    a, b = _rand(6, 7), _rand(7, 9)
 
     def strided(x, y):
         return torch.as_strided(x @ y, (4, 9), (9, 1), 9) * 2
 
     torch.testing.assert_close(_compile(strided)(a, b), strided(a, b))
     out = _compile(torch.mm)(a, b)
-    assert out.stride() == (9, 1)
-    torch.testing.assert_close(out.view(-1), (a @ b).view(-1))
-    assert counters["pass.pad_mm"] == 2
+    assert out.stride() == (12, 1)  # 9 columns padded to 12 (fp32 aligns to 4)
+    torch.testing.assert_close(out, a @ b)
+    out = _compile(lambda x, y: (x @ y).view(2, 3, 9))(a, b)
+    assert out.stride() == (36, 12, 1)
+    torch.testing.assert_close(out, (a @ b).view(2, 3, 9))
+    flat = _compile(lambda x, y: (x @ y).view(-1))(a, b)  # needs contiguous rows: a copy
+    torch.testing.assert_close(flat, (a @ b).view(-1))
+    assert counters["pass.pad_mm"] == 4
 
 
 def test_pad_mm_leaves_cpu_aligned_and_symbolic_gemms():
@@ -473,23 +479,37 @@ def test_gpu_bert_attention_runs_fused():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gpu_pad_mm_lm_head():
-    # GPT-2's LM head shape: N = 50257 is padded to 50264
+def test_gpu_pad_mm_lm_head(monkeypatch):
+    # GPT-2's LM head shape: N = 50257 is padded to 50264 where timing says it pays
+    pad_mm_module = importlib.import_module("inductor_lite.fx_passes.pad_mm")
     x = _rand(512, 768, dtype=torch.bfloat16).cuda()
     w = _rand(50257, 768, dtype=torch.bfloat16).cuda() * 0.05
-    with torch.no_grad():
-        out = _compile(lambda a, b: a @ b.t())(x, w)
-    assert counters["pass.pad_mm"] == 1
-    torch.testing.assert_close(out.float(), x.float() @ w.float().t(), atol=5e-2, rtol=2e-2)
+    expected = x.float() @ w.float().t()
+    for forced in (True, None):  # padded, then as this GPU's timing decides
+        monkeypatch.setattr(pad_mm_module, "_decisions", {})
+        if forced:
+            monkeypatch.setattr(pad_mm_module, "padding_pays", lambda *args: True)
+        else:
+            monkeypatch.undo()
+        torch._dynamo.reset()
+        reset()
+        with torch.no_grad():
+            out = _compile(lambda a, b: a @ b.t())(x, w)
+        if forced:
+            assert counters["pass.pad_mm"] == 1 and out.stride() == (50264, 1)
+        torch.testing.assert_close(out.float(), expected, atol=5e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize("times, pays", [((1.0, 0.5), True), ((1.0, 0.95), False)])
-@pytest.mark.parametrize("returned", [True, False])
-def test_pad_mm_pads_where_timing_says_it_pays(monkeypatch, times, pays, returned):
+@pytest.mark.parametrize("consumer, copies", [
+    (lambda z: z, False),  # returned with its padded rows
+    (torch.relu, False),  # the copy fuses into the pointwise consumer
+    (lambda z: z.sum(0), True),
+], ids=["returned", "pointwise", "reduced"])
+def test_pad_mm_pads_where_timing_says_it_pays(monkeypatch, times, pays, consumer, copies):
     """Off CUDA the pass never times (no padding); `padding_pays` itself times the
     unpadded GEMM against the padded one, copy included where the result is copied,
     once per signature."""
-    import importlib
     from inductor_lite.runtime.timing import Timer
     pad_mm_module = importlib.import_module("inductor_lite.fx_passes.pad_mm")  # the package exports the function
     monkeypatch.setattr(pad_mm_module, "_decisions", {})
@@ -502,13 +522,13 @@ def test_pad_mm_pads_where_timing_says_it_pays(monkeypatch, times, pays, returne
         return list(times)
 
     monkeypatch.setattr(Timer, "median_seconds", median_seconds)
-    copies = []
+    copied = []
     real_contiguous = torch.Tensor.contiguous
-    monkeypatch.setattr(torch.Tensor, "contiguous", lambda self, *a, **k: copies.append(1) or real_contiguous(self))
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda self, *a, **k: copied.append(1) or real_contiguous(self))
     a, b = _rand(5, 6), _rand(6, 7)
-    gm = _fake_graph((lambda x, y: x @ y) if returned else (lambda x, y: (x @ y).relu()), a, b)
+    gm = _fake_graph(lambda x, y: consumer(x @ y), a, b)
     (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
     assert pad_mm_module.padding_pays(node, 3, 2, 1) is pays
     assert pad_mm_module.padding_pays(node, 3, 2, 1) is pays  # decided once
     assert timed == [2]
-    assert bool(copies) == returned  # a pointwise consumer fuses the copy: not timed
+    assert bool(copied) == copies

@@ -50,7 +50,12 @@ elements: it loads its indices, stops the launch where one is out of range
 ``dl.atomic_add`` where indices may repeat.
 
 Values of fp16/bf16 are computed in fp32 (the lowering converts), so operands of one
-op always have one dtype; Python number literals take their partner's dtype in the
+op always have one dtype. An fp32 value rounded to fp16/bf16 (a node's result) and
+widened again in the same kernel (its consumer's load) is used unrounded, as
+TorchInductor's generated code does: only what is stored is rounded. That saves two
+conversions per fused op, which bound bf16 kernels heavy in math (GELU's tanh form ran
+at half of TorchInductor's speed), and is slightly more accurate than eager's rounding
+after every op; ``config.emulate_precision_casts`` rounds as eager does. Python number literals take their partner's dtype in the
 DSL, and an op on literals alone materialises one with ``dl.full([], v, dtype)``.
 """
 
@@ -60,6 +65,7 @@ import dataclasses
 import itertools
 import math
 import operator
+import re
 from typing import Any, Callable, Optional, Sequence
 
 import sympy
@@ -231,6 +237,7 @@ class KernelCodegen(OpsHandler):
         self.has_rmask = self.is_reduction and not (persistent and _is_power_of_2(rnumel))
         self._tmp_ids = itertools.count()
         self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
+        self.unrounded: dict[str, CSEVar] = {}  # fp16/bf16 value -> the fp32 value it rounds
 
     @property
     def scope(self) -> _Scope:
@@ -570,7 +577,18 @@ class KernelCodegen(OpsHandler):
             elif not dtype.is_floating_point:
                 value = int(value)
             return self._emit(f"dl.full([], {literal(value, dtype)}, {dsl_dtype(dtype)})", dtype)
-        return self._emit(f"{x}.to({dsl_dtype(dtype)})", dtype)
+        if x.text in self.unrounded and self.unrounded[x.text].dtype == dtype:
+            return self.unrounded[x.text]
+        out = self._emit(f"{x}.to({dsl_dtype(dtype)})", dtype)
+        if (dtype in (torch.float16, torch.bfloat16) and x.dtype == torch.float32
+                and not config.emulate_precision_casts):
+            self.unrounded[out.text] = x
+        return out
+
+    def round_to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
+        if x.is_literal or x.dtype == dtype:
+            return self.to_dtype(self.to_dtype(x, dtype), x.dtype)
+        return self._emit(f"{x}.to({dsl_dtype(dtype)}).to({dsl_dtype(x.dtype)})", x.dtype)
 
     def where(self, cond: CSEVar, a: CSEVar, b: CSEVar) -> CSEVar:
         if cond.is_literal:
@@ -921,8 +939,25 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     if any(isinstance(n.node, ScatterBuffer) and n.node.data.mode == "atomic_add" for n in group.nodes):
         configs = configs[:1]  # autotuning runs a kernel many times: each run would add again
     signature = ", ".join(params + [f"{c}: dl.constexpr" for c in constexprs])
+    body = _drop_unused_temporaries(body)
     source = "\n".join(["@dl.kernel", f"def {name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
     return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid))
+
+
+_TEMPORARY = re.compile(r"\s*(tmp\d+) = ")
+_NAME = re.compile(r"\b(?:tmp|acc)\d+\b")
+
+
+def _drop_unused_temporaries(lines: list[str]) -> list[str]:
+    """``lines`` without the ``tmpN = ...`` assignments nothing reads (the fp16/bf16
+    roundings of values used unrounded, say), so the source shows what runs."""
+    while True:
+        used = [set(_NAME.findall(line.split(" = ", 1)[1] if _TEMPORARY.match(line) else line)) for line in lines]
+        read = set().union(*used) if used else set()
+        kept = [line for line in lines if not ((m := _TEMPORARY.match(line)) and m.group(1) not in read)]
+        if len(kept) == len(lines):
+            return lines
+        lines = kept
 
 
 def _codegen_node(cg: KernelCodegen, node, placement, keep: bool) -> None:

@@ -85,7 +85,7 @@ def _truncdiv(out_dtype: torch.dtype):
     def fn(dt, x, y):
         if dt == out_dtype or not dt.is_floating_point:
             return ops.truncdiv(x, y)
-        return ops.trunc(ops.to_dtype(ops.to_dtype(ops.truediv(x, y), out_dtype), dt))
+        return ops.trunc(ops.round_to_dtype(ops.truediv(x, y), out_dtype))
 
     return fn
 

@@ -21,7 +21,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 from ..ir.ops import ops
-from .lowerings import NoLowering, cast, const, loader, make_pointwise, register_lowering, register_pointwise
+from .lowerings import NoLowering, const, loader, make_pointwise, register_lowering, register_pointwise
 
 aten = torch.ops.aten
 
@@ -178,7 +178,7 @@ def _lower_round_decimals(ctx, x, decimals=0):
         scale = const(p, dt)
         first = ops.mul(v, scale) if decimals > 0 else ops.truediv(v, scale)
         if half_steps:
-            first = cast(cast(first, dt, dtype), dtype, dt)
+            first = ops.round_to_dtype(first, dtype)
         rounded = ops.round(first)
         return ops.truediv(rounded, scale) if decimals > 0 else ops.mul(rounded, scale)
 

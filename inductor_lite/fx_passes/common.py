@@ -130,10 +130,10 @@ def replace_node(gm: torch.fx.GraphModule, old: torch.fx.Node, new: torch.fx.Nod
     nodes' fake values, so stale strides there would make kernels index the wrong memory.
     """
     old.replace_all_uses_with(new)
-    _refresh_downstream(gm, new)
+    refresh_downstream(gm, new)
 
 
-def _refresh_downstream(gm: torch.fx.GraphModule, start: torch.fx.Node) -> None:
+def refresh_downstream(gm: torch.fx.GraphModule, start: torch.fx.Node) -> None:
     """Re-run, under the fake mode, each node after ``start`` that reads a node whose
     fake value changed; stops where a value comes out as before."""
     fake_mode = fake_mode_of(gm)

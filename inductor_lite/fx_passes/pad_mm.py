@@ -4,8 +4,10 @@ alignment run on zero-padded operands, and the result is sliced back.
 cuBLAS picks ``align1`` kernels when a leading dimension is not a multiple of 16 bytes:
 GPT-2's LM head (N = 50257, bf16) takes 3.3 ms per call on an H100 that way, and
 0.44 ms padded to 50264 (issue 20). Padding K with zeros adds zero terms, so the
-padded GEMM computes the same sums; padded M rows and N columns are sliced off, and a
-result with padded rows is copied to eager's contiguous layout.
+padded GEMM computes the same sums; padded M rows and N columns are sliced off. A
+result with padded rows is returned as it is, with the padded row stride (as
+TorchInductor returns it), and copied to eager's contiguous layout for consumers that
+depend on the layout (views, ``as_strided``).
 
 The rule, as Inductor's (``fx_passes/pad_mm.py``, whose facts these are):
 
@@ -34,7 +36,7 @@ from typing import Optional, Sequence
 import torch
 import torch.fx
 
-from .common import GraphBuilder, aten, is_call, is_concrete, replace_node, tensor_val
+from .common import GraphBuilder, aten, is_call, is_concrete, refresh_downstream, replace_node, tensor_val
 
 ALIGNMENT = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4}
 """Elements a GEMM dimension should be a multiple of, per dtype (Inductor's
@@ -70,7 +72,10 @@ def pad_mm(gm: torch.fx.GraphModule, force: bool = False) -> int:
         plan = _plan(a, b, bias, force)
         if plan is None or not (force or padding_pays(node, *plan)):
             continue
-        replace_node(gm, node, _emit(gm, node, a, b, bias, *plan))
+        out = _emit(gm, node, a, b, bias, *plan)
+        replace_node(gm, node, out)
+        if is_call(out, aten.clone.default):
+            _return_padded_rows(gm, out)
         count += 1
     return count
 
@@ -117,17 +122,41 @@ def _emit(gm, node, a, b, bias, pad_m: int, pad_k: int, pad_n: int) -> torch.fx.
     if pad_n:
         out = build.call(aten.slice.Tensor, out, rank - 1, 0, n)
         # the slice's rows keep the padded stride; consumers that depend on the layout
-        # (graph outputs, as_strided, views) get the contiguous result eager returns.
-        # A pointwise consumer inlines the copy, so it costs nothing there.
+        # (as_strided, views) get the contiguous result eager has. A pointwise consumer
+        # inlines the copy, so it costs nothing there.
         out = build.call(aten.clone.default, out, memory_format=torch.contiguous_format)
     return out
 
 
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _returned(user: torch.fx.Node) -> bool:
+    """Whether ``user`` is the graph's output, or a view only the output reads."""
+    return user.op == "output" or (is_call(user, *_VIEWS) and all(u.op == "output" for u in user.users))
+
+
+def _return_padded_rows(gm: torch.fx.GraphModule, copy: torch.fx.Node) -> None:
+    """Graph outputs (directly or through a view) read the padded GEMM's slice
+    itself, not ``copy`` of it: the user gets the result with its padded row stride, as
+    from TorchInductor (whose padding runs on the joint graph, so its output strides are
+    the padded ones too), instead of a copy (GPT-2's 800 MB of logits). A view the
+    padded strides do not allow reads a copy after all (`refresh_downstream`)."""
+    sliced = copy.args[0]
+    for user in list(copy.users):
+        if _returned(user):
+            user.replace_input_with(copy, sliced)
+    if not copy.users:
+        gm.graph.erase_node(copy)
+    refresh_downstream(gm, sliced)
+
+
 def _copies_result(node: torch.fx.Node) -> bool:
     """Whether `_emit`'s copy of ``node``'s padded result runs as a kernel of its own:
-    some user is not a pointwise op, into whose kernel the copy would fuse."""
-    return any(user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload)
-               or torch.Tag.pointwise not in user.target.tags for user in node.users)
+    some user is neither the graph's output (`_return_padded_rows`) nor a pointwise op,
+    into whose kernel the copy would fuse."""
+    return any(not _returned(user) and (user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload)
+                                        or torch.Tag.pointwise not in user.target.tags) for user in node.users)
 
 
 def padding_pays(node: torch.fx.Node, pad_m: int, pad_k: int, pad_n: int) -> bool:

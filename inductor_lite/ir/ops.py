@@ -22,7 +22,10 @@ Vocabulary (all handlers implement these):
   embedding do not wrap). With ``check``, a load through an index left outside
   ``[0, size)`` never touches memory: its lanes read 0. Lowerings pass
   ``check=False`` only for values they computed in range themselves.
-- ``to_dtype(x, dtype)``; ``where(cond, a, b)``;
+- ``to_dtype(x, dtype)`` (a kernel may keep an fp16/bf16 result in fp32 for the
+  ops that read it within the kernel, as TorchInductor does); ``round_to_dtype(x,
+  dtype)``: ``x`` rounded to ``dtype`` and back to its own dtype, always (a step that
+  eager computes in a 16-bit type); ``where(cond, a, b)``;
   ``masked(mask, body, other)``: ``body()`` where ``mask`` holds (loads inside it
   are masked), ``other`` elsewhere.
 - unary `UNARY_OPS` (``round`` is half-to-even, as torch.round; ``signbit`` gives
@@ -59,7 +62,7 @@ BINARY_OPS = (
     "hypot", "copysign", "nextafter",
 )
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
-SPECIAL_OPS = ("load", "constant", "index_expr", "indirect_indexing", "to_dtype", "where", "masked")
+SPECIAL_OPS = ("load", "constant", "index_expr", "indirect_indexing", "to_dtype", "round_to_dtype", "where", "masked")
 ALL_OPS = SPECIAL_OPS + UNARY_OPS + BINARY_OPS + COMPARE_OPS
 
 
