@@ -7,7 +7,8 @@ import torch
 
 from inductor_lite.dsl.layout import _combine, default_blocked_layout, distribute
 from inductor_lite.dsl.nvptx_reduce import _row_major_strides, _swizzle, swizzle_map
-from inductor_lite.scheduler.tiling import Tiling, choose_tiling
+from inductor_lite.scheduler.dependencies import FLAT
+from inductor_lite.scheduler.tiling import Tiling, choose_tiling, memory_order_placements, stride_hint
 from test_codegen import build
 from test_reductions import device, fresh, run_compiled  # noqa: F401  (fixtures used by every test here)
 from test_scheduler import kernel_groups, schedule
@@ -19,6 +20,8 @@ PATTERNS = {
     "permute_201": (lambda x: x.permute(2, 0, 1) + 1, [(17, 33, 20)]),
     "to_channels_last": (lambda x: x.contiguous(memory_format=torch.channels_last).relu(), [(2, 20, 9, 7)]),
     "size_one_dim": (lambda x: x.permute(2, 1, 0).contiguous() - 1, [(30, 1, 40)]),
+    "permuted_layout_op": (lambda x: x.transpose(-1, -2) * 2, [(3, 40, 24)]),  # the output keeps the layout
+    "permuted_layout_cast": (lambda x: x.transpose(-1, -2).to(torch.float64), [(3, 40, 24)]),
 }
 
 
@@ -37,6 +40,24 @@ def test_tiling_follows_the_strides():
     assert _tiling(lambda x, b: x + b, (64, 128), (128,)) is None
     # a side shorter than a useful tile stays 1-D
     assert _tiling(lambda x: x.t().contiguous() + 1, (4, 4096)) is None
+
+
+def _memory_order(fn, *shapes):
+    (group,) = kernel_groups(schedule(fn, *[torch.randn(s) for s in shapes]))
+    return group, memory_order_placements(group, lambda name: True)
+
+
+def test_accesses_of_one_permuted_layout_run_in_memory_order():
+    # the attention probabilities' transposed bf16 copy of a backward: read and write
+    # both run along dim 1, so the flat index runs in memory order, every access stride 1
+    group, placements = _memory_order(lambda p: p.transpose(-1, -2).to(torch.bfloat16), (4, 64, 48))
+    assert placements is not None
+    for node in group.nodes:
+        for dep in node.read_writes.reads + node.read_writes.writes:
+            assert stride_hint(dep.kernel_index(placements[node.name], group.numel, 1), FLAT) == 1
+    # contiguous already, or a real transpose (tiled instead): no reordering
+    assert _memory_order(lambda x: x * 2, (64, 48))[1] is None
+    assert _memory_order(lambda x: x.t().contiguous() + 1, (64, 48))[1] is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])

@@ -78,7 +78,7 @@ from ..ir.nodes import Reduction, Scan, ScatterBuffer, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT, RFLAT
 from ..scheduler.fusion import KernelGroup
-from ..scheduler.tiling import YFLAT, Tiling, choose_tiling, stride_hint
+from ..scheduler.tiling import YFLAT, Tiling, choose_tiling, memory_order_placements, stride_hint
 from . import heuristics
 from .heuristics import Config
 from .printer import kexpr
@@ -864,14 +864,17 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     index_dtype = torch.int64 if needs_int64(group) else torch.int32
     axis = reduction_axis(group) if group.is_reduction else 1
     persistent = is_persistent(group, axis)
+    in_memory_order = memory_order_placements(group, lambda name: name not in removed)
     # a scatter's stores follow its source's layout, not a tile's
-    tiling = None if group.has_scatter() else choose_tiling(group, lambda name: buffer_dtypes(name).itemsize)
+    tiling = (None if group.has_scatter() or in_memory_order
+              else choose_tiling(group, lambda name: buffer_dtypes(name).itemsize))
     cg = KernelCodegen(group.numel, group.rnumel, persistent, axis, index_dtype, buffer_dtypes, tiling)
     looped = group.is_reduction and not persistent
     pending_reductions: set[str] = set()  # reduction results of the open loop
     with set_ops_handler(cg):
         for node in group.nodes:
-            placement = node.read_writes.placement(group.numel, group.rnumel)
+            placement = (in_memory_order[node.name] if in_memory_order
+                         else node.read_writes.placement(group.numel, group.rnumel))
             if looped:
                 if placement.role == "x" or node.read_names() & pending_reductions:
                     if cg.in_loop():

@@ -9,6 +9,13 @@ runs over ``[YBLOCK, XBLOCK]`` tiles, and an access contiguous along ``yindex`` 
 coalesced as one contiguous along ``xindex`` (the DSL gives each access a layout
 along its own contiguous axis and moves values between the two through shared memory).
 
+A pointwise kernel whose accesses all run contiguously along one loop variable that is
+not the innermost (a cast or an op between tensors of one permuted layout, such as
+attention probabilities cast to bf16 in the transposed layout of the backward's GEMM)
+needs no tile: `memory_order_placements` runs its flat index in the memory order of its
+stores instead (TorchInductor reorders such loops by stride order too), and every
+access becomes a contiguous 1-D one.
+
 Candidates follow TorchInductor's ``candidate_tilings`` (``codegen/simd.py``): for
 each access, the loop variable with stride 1; when it is not the node's innermost
 variable, split the node's ranges right after it, so that this variable ends up in
@@ -24,8 +31,8 @@ from typing import Callable, Optional
 
 import sympy
 
-from ..ir.indexing import Expr, index_var, product, simplify_index
-from .dependencies import FLAT
+from ..ir.indexing import Expr, flat_to_vars, index_var, known_equal, product, simplify_index
+from .dependencies import FLAT, Placement
 
 YFLAT = index_var("yindex")
 """The y index symbol of a tiled kernel: the tile row, ``flat // xnumel``."""
@@ -123,3 +130,46 @@ def choose_tiling(group, element_size: Callable[[str], int]) -> Optional[Tiling]
         if score > best_bytes:
             best, best_bytes = tiling, score
     return best
+
+
+def memory_order_placements(group, stored: Callable[[str], bool]) -> Optional[dict[str, Placement]]:
+    """Each node's placement in a 1-D kernel whose flat index runs in memory order, or
+    None when the logical order serves as well or a tiling is needed.
+
+    Applies to a pointwise group whose nodes share their ranges, where every read from
+    memory and every stored write (``stored(name)``) has stride 1 along the same loop
+    variable and that variable is not the innermost: the variables are then ordered by
+    the first stored write's strides, largest first, and the result is used only when
+    it makes every one of those accesses contiguous in the flat index.
+    """
+    if group.is_reduction or group.has_scatter():
+        return None
+    first = group.nodes[0].read_writes
+    if len(first.ranges) < 2 or any(len(n.read_writes.ranges) != len(first.ranges) or not all(
+            known_equal(a, b) for a, b in zip(n.read_writes.ranges, first.ranges)) for n in group.nodes):
+        return None
+    written = group.writes()
+    accesses = [(n.read_writes, d) for n in group.nodes for d in n.read_writes.reads if d.name not in written]
+    accesses += [(n.read_writes, d) for n in group.nodes for d in n.read_writes.writes if stored(d.name)]
+    unit = {next((k for k, v in enumerate(rw.x_vars) if _is_one(stride_hint(d.index, v, rw.x_vars))), None)
+            for rw, d in accesses}
+    inner = max(k for k, size in enumerate(first.ranges) if size != 1) if any(s != 1 for s in first.ranges) else 0
+    if len(unit) != 1 or None in unit or unit == {inner}:
+        return None
+    store = next((d for rw, d in accesses if d in rw.writes), None)
+    if store is None:
+        return None
+    strides = [stride_hint(store.index, v, first.x_vars) for v in first.x_vars]
+    if not all(s is not None and s.is_number for s in strides):
+        return None
+    order = sorted(range(len(strides)), key=lambda k: -int(strides[k]))
+    ranges = [first.ranges[k] for k in order]
+    placements = {}
+    for node in group.nodes:
+        rw = node.read_writes
+        placements[node.name] = Placement(tuple(rw.x_vars[k] for k in order), tuple(flat_to_vars(FLAT, ranges)), "full")
+    for rw, dep in accesses:
+        node_name = next(n.name for n in group.nodes if n.read_writes is rw)
+        if not _is_one(stride_hint(dep.kernel_index(placements[node_name], group.numel, 1), FLAT, ())):
+            return None
+    return placements
