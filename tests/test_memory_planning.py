@@ -21,6 +21,7 @@ from inductor_lite.codegen.wrapper import WrapperCodegen, generate_wrapper, load
 from inductor_lite.config import config
 from inductor_lite.fx_lowering.decompositions import decomposition_table
 from inductor_lite.fx_lowering import graph as graph_lowering
+from inductor_lite.fx_lowering import reductions
 from inductor_lite.fx_lowering.graph import GraphLowering
 from inductor_lite.ir.indexing import known_equal
 from inductor_lite.scheduler.fusion import KernelGroup
@@ -167,6 +168,7 @@ def test_no_inplace_when_unsafe(case, poison_reused):
 
 def test_looped_reductions_are_never_inplace(monkeypatch):
     monkeypatch.setattr(graph_lowering, "REALIZE_REUSED_OPS", -1)  # d is read by two kernels, not recomputed
+    monkeypatch.setattr(reductions, "SPLIT_MIN_RNUMEL", 1 << 62)  # two long rows: one looped kernel, not split
 
     def fn(x, w):
         d = torch.relu(x @ w) * 3
