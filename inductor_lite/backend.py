@@ -41,7 +41,7 @@ from .counters import counters
 from .debug import dump_graph
 from .fx_lowering.decompositions import decomposition_table
 from .fx_lowering.graph import GraphLowering, graph_constants
-from .fx_passes import run_passes
+from .fx_passes import run_joint_passes, run_passes
 from .logs import log_artifact
 from .runtime import compile_pool
 from .runtime.cudagraphs import cudagraphify, uses_cudagraphs
@@ -293,7 +293,7 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
         bw_compiler=compilers["bw"],
         inference_compiler=compilers["inference"],
         decompositions=decomposition_table(),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=_partition,
     )
     with config.patch(**options):
         config.validate()
@@ -306,6 +306,13 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
                 raise
             _record_fallback("a Dynamo graph (AOTAutograd failed)", e)
             return gm.forward
+
+
+def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
+    """AOTAutograd's min-cut rematerialisation partitioner (as TorchInductor uses), after
+    the joint-graph passes (`fx_passes.run_joint_passes`), which change what it saves."""
+    run_joint_passes(joint)
+    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
 def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, mode: str,

@@ -532,3 +532,53 @@ def test_pad_mm_pads_where_timing_says_it_pays(monkeypatch, times, pays, consume
     assert pad_mm_module.padding_pays(node, 3, 2, 1) is pays  # decided once
     assert timed == [2]
     assert bool(copied) == copies
+
+
+# ---------------------------------------------------------------- joint-graph passes
+
+def _cross_entropy(x, w, t):
+    return F.cross_entropy((x @ w).float(), t)
+
+
+def test_sink_gather_moves_the_gather_to_the_logits():
+    from inductor_lite.fx_passes.sink_gather import sink_gather
+    from inductor_lite.fx_lowering.decompositions import decomposition_table
+    x, w, t = _rand(16, 8), _rand(8, 50), torch.randint(0, 50, (16,))
+    gm = make_fx(_cross_entropy, tracing_mode="fake", decomposition_table=decomposition_table())(x, w, t)
+    assert sink_gather(gm) == 2  # past `- log(sum)` and `- amax`
+    (gather,) = [n for n in gm.graph.nodes if n.target is aten.gather.default]
+    assert gather.args[0].target is not aten.sub.Tensor
+    torch.testing.assert_close(gm(x, w, t), _cross_entropy(x, w, t))
+    # a subtrahend that varies along the gathered dimension stays where it is
+    gm = make_fx(lambda a, b, i: torch.gather(a - b, 1, i), tracing_mode="fake")(_rand(4, 6), _rand(4, 6),
+                                                                               torch.zeros(4, 1, dtype=torch.long))
+    assert sink_gather(gm) == 0
+
+
+def test_cross_entropy_training_saves_no_fp32_log_probabilities():
+    """The partition of a bf16 cross-entropy step saves the bf16 logits and per-row
+    statistics, not a [rows, classes] fp32 tensor, and the step's values hold."""
+    from functorch.compile import aot_function
+    from inductor_lite.backend import _partition
+    from inductor_lite.fx_lowering.decompositions import decomposition_table
+    x = _rand(64, 32, dtype=torch.bfloat16).requires_grad_()
+    w = _rand(32, 1000, dtype=torch.bfloat16).requires_grad_()
+    t = torch.randint(0, 1000, (64,))
+    saved = []
+
+    def forward_compiler(gm, args):
+        (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+        saved.extend(tensor.meta["val"] for tensor in output.args[0][1:] if isinstance(tensor, torch.fx.Node))
+        return gm
+
+    step = aot_function(_cross_entropy, fw_compiler=forward_compiler, bw_compiler=lambda gm, args: gm,
+                        decompositions=decomposition_table(), partition_fn=_partition)
+    loss = step(x, w, t)
+    loss.backward()
+    assert not any(v.dtype == torch.float32 and tuple(v.shape) == (64, 1000) for v in saved)
+    assert counters["pass.sink_gather"] == 2
+    expected_x = x.detach().clone().requires_grad_()
+    expected = _cross_entropy(expected_x, w.detach(), t)
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(x.grad, expected_x.grad)

@@ -22,6 +22,14 @@ The passes, in order:
    ``mm`` plus a bias add that fuses into the consumer's kernel.
 
 Padding runs before the split so that a padded ``addmm`` is split like any other.
+
+`run_joint_passes` runs `JOINT_PASSES` on a training step's joint forward-backward graph
+before AOTAutograd partitions it, the same way (counters ``pass.<name>``, the
+``passes`` log), for rewrites that change what the partitioner saves:
+
+1. `sink_gather.sink_gather`: cross-entropy's gather reads the logits, not the
+   log-probabilities, so the backward recomputes those instead of the forward saving
+   them in fp32.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from ..counters import counters
 from ..logs import log_artifact
 from .fuse_attention import fuse_attention
 from .pad_mm import pad_mm
+from .sink_gather import sink_gather
 from .split_addmm import split_addmm
 
 PASSES: list[tuple[str, Callable[[torch.fx.GraphModule], int]]] = [
@@ -42,6 +51,11 @@ PASSES: list[tuple[str, Callable[[torch.fx.GraphModule], int]]] = [
     ("split_addmm", split_addmm),
 ]
 """``(name, pass)`` in the order `run_passes` applies them."""
+
+JOINT_PASSES: list[tuple[str, Callable[[torch.fx.GraphModule], int]]] = [
+    ("sink_gather", sink_gather),
+]
+"""``(name, pass)`` in the order `run_joint_passes` applies them."""
 
 
 def run_passes(gm: torch.fx.GraphModule, graph_name: str) -> dict[str, int]:
@@ -52,8 +66,18 @@ def run_passes(gm: torch.fx.GraphModule, graph_name: str) -> dict[str, int]:
         gm: an aten graph whose nodes carry fake ``meta['val']`` (as AOTAutograd makes).
         graph_name: the compiled graph's name, for the log.
     """
+    return _run(PASSES, gm, graph_name)
+
+
+def run_joint_passes(gm: torch.fx.GraphModule, graph_name: str = "joint") -> dict[str, int]:
+    """Run `JOINT_PASSES` over a joint forward-backward graph in place, before it is
+    partitioned; returns ``{pass name: rewrites}`` as `run_passes` does."""
+    return _run(JOINT_PASSES, gm, graph_name)
+
+
+def _run(passes, gm: torch.fx.GraphModule, graph_name: str) -> dict[str, int]:
     fired = {}
-    for name, graph_pass in PASSES:
+    for name, graph_pass in passes:
         n = graph_pass(gm)
         if n:
             fired[name] = n
