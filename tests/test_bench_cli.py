@@ -288,3 +288,22 @@ def test_bad_arguments_exit_2_naming_the_problem(argv, message, capsys):
         main(["--device", "cpu", "--backends", "eager"] + argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_measure_model_times_each_backend_beside_eager_when_all_at_once_run_out_of_memory(monkeypatch):
+    from inductor_lite.bench import measure
+
+    timings = []
+    real = measure.time_contenders
+
+    def time_contenders(fns, *args, **kwargs):
+        timings.append(len(fns))
+        if len(fns) > 2:  # eager and two backends do not fit
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(fns, *args, **kwargs)
+
+    monkeypatch.setattr(measure, "time_contenders", time_contenders)
+    rows = list(measure_model(MODELS["mlp"], ["eager", "bench_test_scaling"], _TINY))
+    assert timings == [3, 2, 2]  # together, then each beside eager
+    assert [r.status for r in rows] == ["ok", "ok"] and all(r.speedup > 0 for r in rows)
+    assert all("timed beside eager alone" in r.note for r in rows)

@@ -544,8 +544,29 @@ def _time_together(work: Workload, rows: list[Result]) -> float:
     backends (docs/performance.md has a case). Each backend is compiled once more
     here, from the disk cache its measurement filled, with nothing reset in between
     (Dynamo keeps one cache entry per backend). A backend that fails here gets its row
-    marked failed.
+    marked failed. When every backend at once does not fit in the device's memory
+    (each holds its own copy of the model), each is timed beside eager alone instead,
+    and its note says so.
     """
+    if len(rows) < 2:
+        return _time_in_rounds(work, rows, oom_raises=False)
+    try:
+        return _time_in_rounds(work, rows, oom_raises=True)
+    except torch.cuda.OutOfMemoryError:
+        log.debug("%s: every backend at once ran out of memory; timing each beside eager", rows[0].model,
+                  exc_info=True)
+    eager_s = None
+    for row in rows:
+        cleanup(work.device)
+        row_eager_s = _time_in_rounds(work, [row], oom_raises=False)
+        eager_s = row_eager_s if eager_s is None else eager_s
+        row.note = "; ".join(filter(None, [row.note, "timed beside eager alone (all backends at once ran out of memory)"]))
+    return eager_s
+
+
+def _time_in_rounds(work: Workload, rows: list[Result], oom_raises: bool) -> float:
+    """`_time_together`'s one attempt: ``rows``' backends and eager in the same rounds.
+    With ``oom_raises``, running out of memory anywhere raises instead of failing a row."""
     settings, device = work.settings, work.device
     torch._dynamo.reset()
     contenders, timed = [lambda: work.run(work.eager)], []
@@ -557,6 +578,8 @@ def _time_together(work: Workload, rows: list[Result]) -> float:
             contenders.append(work.iteration(compiled, settings.compile_mode))
             timed.append((row, module))
         except Exception as error:  # noqa: BLE001 - one backend's failure must not stop the others
+            if oom_raises and isinstance(error, torch.cuda.OutOfMemoryError):
+                raise
             log.debug("%s on %s failed when timed", row.model, row.backend, exc_info=True)
             row.status = STATUS_OOM if isinstance(error, torch.cuda.OutOfMemoryError) else STATUS_FAILED
             row.note = "; ".join(filter(None, [row.note, describe_error(error)]))
