@@ -329,3 +329,24 @@ def test_gather_index_select_and_index_backward(device):
 
 def test_cross_entropy_training_step_has_no_extern(device):
     check_grads(lambda x, t: F.cross_entropy(x, t), rand(8, 10), torch.randint(0, 10, (8,)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_one_value_a_row_scattered_into_a_constant_is_pointwise(device, dtype):
+    """nll_loss's backward: zeros(...).scatter(1, target[:, None], -1) becomes a
+    ``where`` that fuses into its consumer (one kernel, no one-hot written)."""
+    target = torch.randint(0, 50, (16, 1))
+    check(lambda i, y: torch.zeros(16, 50, dtype=dtype).scatter(1, i, -1) * y, target, rand(16, 50, dtype=dtype),
+          kernels=1, exact=True)
+    src = rand(16, 1, dtype=dtype)  # the src form, and along dim 0 of a 3-D tensor
+    check(lambda i, s: torch.full((16, 50), 2, dtype=dtype).scatter(1, i, s) + 1, target, src, kernels=1, exact=True)
+    check(lambda i: torch.zeros(7, 3, 5, dtype=dtype).scatter(0, i, 4), torch.randint(0, 7, (1, 3, 5)),
+          kernels=1, exact=True)
+
+
+def test_one_hot_scatter_out_of_range_raises():
+    fn = torch.compile(lambda i: torch.zeros(4, 6).scatter(1, i, 1.0) * 3, backend="inductor_lite")
+    with pytest.raises(AssertionError, match="index out of bounds"):
+        fn(torch.tensor([[0], [6], [1], [2]]))
+    with pytest.raises(AssertionError, match="index out of bounds"):
+        fn(torch.tensor([[0], [-1], [1], [2]]))

@@ -384,11 +384,7 @@ class KernelCodegen(OpsHandler):
         (``dl.device_assert``, as eager raises) and is never written."""
         ptr = self.out_ptrs.setdefault(name, f"out_ptr{len(self.out_ptrs)}")
         offset = self.index_str(index)
-        lanes = self._index_mask(index)
-        for symbol in sorted(sympy.sympify(index).free_symbols & self.indirect_masks.keys(), key=str):
-            in_bounds = self.indirect_masks[symbol]
-            if in_bounds is not None:
-                self.scope.lines.append(f'dl.device_assert({in_bounds} | ~{lanes}, "index out of bounds")')
+        self.check_bounds(index)
         mask = self._mask(index)
         value = self._typed(value)
         if not self.simplify(index).free_symbols & self.tile_symbols:
@@ -399,6 +395,17 @@ class KernelCodegen(OpsHandler):
             self.scope.lines.append(f'dl.atomic_add({ptr} + ({offset}), {value}, mask={mask}, sem="relaxed")')
         else:
             self.scope.lines.append(f"dl.store({ptr} + ({offset}), {value}, mask={mask})")
+
+    def check_bounds(self, index: Expr) -> None:
+        """Stop the launch (``dl.device_assert``, as eager raises) in any lane where a
+        bounds-checked `indirect_indexing` symbol of ``index`` is outside its dimension."""
+        lanes = self._index_mask(index)
+        for symbol in sorted(sympy.sympify(index).free_symbols & self.indirect_masks.keys(), key=str):
+            in_bounds = self.indirect_masks[symbol]
+            if in_bounds is not None:
+                line = f'dl.device_assert({in_bounds} | ~{lanes}, "index out of bounds")'
+                if line not in self.scope.lines:
+                    self.scope.lines.append(line)
 
     # ------------------------------------------------------------------ loops
 

@@ -19,6 +19,10 @@ as in TorchInductor. ``scatter_reduce`` other than ``"sum"``, ``reduce="multiply
 bool masks in ``index_put`` (but for one mask and one value: ``x[mask] = v`` is a
 pointwise ``where``) and ``scale_grad_by_freq`` stay extern too.
 
+A ``scatter`` of one value a row into a constant tensor (nll_loss's backward builds
+its one-hot gradient so) is instead one pointwise ``where`` that fuses into its
+consumer (`_one_hot_scatter`).
+
 Bounds: an index outside its dimension stops the scatter kernel (``dl.device_assert``:
 an ``AssertionError`` on CPU, a trap on the GPU, where eager raises a device-side
 assert) and is never written. Negative indices count from the end for ``index_put``,
@@ -29,11 +33,13 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
+import sympy
 import torch
 
-from ..ir.indexing import Expr, product
-from ..ir.nodes import ComputedBuffer, IRNode, Scatter, ScatterBuffer, StorageBox
+from ..ir.indexing import Expr, known_equal, product
+from ..ir.nodes import Buffer, ComputedBuffer, IRNode, Pointwise, Scatter, ScatterBuffer, StorageBox, unwrap
 from ..ir.ops import ops
+from .graph import count_ops
 from .indexing_ops import _broadcast_sizes
 from .lowerings import (
     NoLowering, broadcast_index, cast, const, lazy_origins, loader, normalize_dim, register_lowering,
@@ -125,7 +131,45 @@ def _dim_scatter(ctx, x: IRNode, dim: int, index: IRNode, src, mode: Optional[st
 
 @register_lowering(aten.scatter.src, aten.scatter.value)
 def _lower_scatter(ctx, x, dim, index, src):
-    return _dim_scatter(ctx, x, dim, index, src, None)
+    one_hot = _one_hot_scatter(ctx, x, dim, index, src)
+    return one_hot if one_hot is not None else _dim_scatter(ctx, x, dim, index, src, None)
+
+
+def _one_hot_scatter(ctx, x, dim, index, src) -> Optional[StorageBox]:
+    """``scatter`` of one value a row into a constant tensor (``zeros(...).scatter(1,
+    target[:, None], -1)``: nll_loss's backward) as a pointwise ``where(position ==
+    index[row], value, constant)``, which fuses into its consumer, or None where the
+    pattern does not hold (TorchInductor's ``scatter_upon_const_tensor`` does the same).
+    The dense one-hot is never written: for GPT-2's 50257 classes a training step
+    wrote and read back 1.6 GB of it. An index outside the dimension stops the kernel,
+    as the scatter kernel does."""
+    rank = len(x.get_size()) if isinstance(x, IRNode) else 0
+    if (not isinstance(x, IRNode) or not isinstance(index, IRNode) or isinstance(unwrap(x), Buffer)
+            or not isinstance(unwrap(x), Pointwise) or count_ops(unwrap(x))[1] or rank == 0
+            or index.get_dtype() not in (torch.int64, torch.int32) or len(index.get_size()) != rank):
+        return None
+    dim = normalize_dim(dim, rank)
+    x_size, i_size = x.get_size(), index.get_size()
+    if not known_equal(i_size[dim], 1) or not all(
+            known_equal(a, b) for d, (a, b) in enumerate(zip(x_size, i_size)) if d != dim):
+        return None
+    if isinstance(src, IRNode) and (len(src.get_size()) != rank or not all(
+            known_equal(a, b) for a, b in zip(src.get_size(), i_size))):
+        return None
+    out_dtype, size = ctx.out_dtype, x_size[dim]
+    load_x, x_dtype, load_index = x.make_loader(), x.get_dtype(), index.make_loader()
+    value = loader(src, i_size, out_dtype)
+
+    def inner_fn(idx):
+        row = list(idx)
+        row[dim] = sympy.Integer(0)
+        target = ops.indirect_indexing(load_index(row), size, wrap_neg=False)
+        ops.check_bounds(target)
+        hit = ops.eq(ops.index_expr(idx[dim], torch.int64), ops.index_expr(target, torch.int64))
+        return ops.where(hit, value(row), cast(load_x(idx), x_dtype, out_dtype))
+
+    inputs = [x, index] + ([src] if isinstance(src, IRNode) else [])
+    return ctx.pointwise(inner_fn, inputs)
 
 
 @register_lowering(aten.scatter.reduce, aten.scatter.value_reduce)

@@ -22,6 +22,9 @@ Vocabulary (all handlers implement these):
   embedding do not wrap). With ``check``, a load through an index left outside
   ``[0, size)`` never touches memory: its lanes read 0. Lowerings pass
   ``check=False`` only for values they computed in range themselves.
+- ``check_bounds(index)``: every bounds-checked ``indirect_indexing`` symbol in
+  ``index`` must be inside its dimension: where one is not, the kernel stops with an
+  error, as eager raises (for an index compared, not loaded through).
 - ``to_dtype(x, dtype)`` (a kernel may keep an fp16/bf16 result in fp32 for the
   ops that read it within the kernel, as TorchInductor does); ``round_to_dtype(x,
   dtype)``: ``x`` rounded to ``dtype`` and back to its own dtype, always (a step that
@@ -62,7 +65,8 @@ BINARY_OPS = (
     "hypot", "copysign", "nextafter",
 )
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
-SPECIAL_OPS = ("load", "constant", "index_expr", "indirect_indexing", "to_dtype", "round_to_dtype", "where", "masked")
+SPECIAL_OPS = ("load", "constant", "index_expr", "indirect_indexing", "check_bounds", "to_dtype", "round_to_dtype",
+               "where", "masked")
 ALL_OPS = SPECIAL_OPS + UNARY_OPS + BINARY_OPS + COMPARE_OPS
 
 
