@@ -50,13 +50,14 @@ elements: it loads its indices, stops the launch where one is out of range
 ``dl.atomic_add`` where indices may repeat.
 
 Values of fp16/bf16 are computed in fp32 (the lowering converts), so operands of one
-op always have one dtype. An fp32 value rounded to fp16/bf16 (a node's result) and
-widened again in the same kernel (its consumer's load) is used unrounded, as
-TorchInductor's generated code does: only what is stored is rounded. That saves two
-conversions per fused op, which bound bf16 kernels heavy in math (GELU's tanh form ran
-at half of TorchInductor's speed), and is slightly more accurate than eager's rounding
-after every op; ``config.emulate_precision_casts`` rounds as eager does. Python number literals take their partner's dtype in the
-DSL, and an op on literals alone materialises one with ``dl.full([], v, dtype)``.
+op always have one dtype; Python number literals take their partner's dtype in the
+DSL, and an op on literals alone materialises one with ``dl.full([], v, dtype)``. An
+fp32 value rounded to fp16/bf16 (a node's result) and widened again in the same kernel
+(its consumer's load) is used unrounded, as TorchInductor's generated code does: only
+what is stored is rounded. That saves two conversions per fused op, which bound bf16
+kernels heavy in math, and is slightly more accurate than eager's rounding after every
+op; ``config.emulate_precision_casts`` rounds as eager does. Assignments nothing reads
+(such roundings) are dropped from the source.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ import sympy
 import torch
 
 from ..ir.indexing import Expr, known_equal, product
-from ..ir.nodes import Buffer, ComputedBuffer, IRNode, Pointwise, Scatter, ScatterBuffer, StorageBox, unwrap
+from ..ir.nodes import ComputedBuffer, IRNode, Pointwise, Scatter, ScatterBuffer, StorageBox, unwrap
 from ..ir.ops import ops
 from .graph import count_ops
 from .indexing_ops import _broadcast_sizes
@@ -143,10 +143,12 @@ def _one_hot_scatter(ctx, x, dim, index, src) -> Optional[StorageBox]:
     The dense one-hot is never written: for GPT-2's 50257 classes a training step
     wrote and read back 1.6 GB of it. An index outside the dimension stops the kernel,
     as the scatter kernel does."""
-    rank = len(x.get_size()) if isinstance(x, IRNode) else 0
-    if (not isinstance(x, IRNode) or not isinstance(index, IRNode) or isinstance(unwrap(x), Buffer)
-            or not isinstance(unwrap(x), Pointwise) or count_ops(unwrap(x))[1] or rank == 0
-            or index.get_dtype() not in (torch.int64, torch.int32) or len(index.get_size()) != rank):
+    # x: an unrealized pointwise value that reads no buffer (a fill)
+    if not isinstance(x, IRNode) or not isinstance(unwrap(x), Pointwise) or count_ops(unwrap(x))[1]:
+        return None
+    rank = len(x.get_size())
+    if (rank == 0 or not isinstance(index, IRNode) or index.get_dtype() not in (torch.int64, torch.int32)
+            or len(index.get_size()) != rank):
         return None
     dim = normalize_dim(dim, rank)
     x_size, i_size = x.get_size(), index.get_size()

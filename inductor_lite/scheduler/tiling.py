@@ -149,27 +149,21 @@ def memory_order_placements(group, stored: Callable[[str], bool]) -> Optional[di
             known_equal(a, b) for a, b in zip(n.read_writes.ranges, first.ranges)) for n in group.nodes):
         return None
     written = group.writes()
-    accesses = [(n.read_writes, d) for n in group.nodes for d in n.read_writes.reads if d.name not in written]
-    accesses += [(n.read_writes, d) for n in group.nodes for d in n.read_writes.writes if stored(d.name)]
-    unit = {next((k for k, v in enumerate(rw.x_vars) if _is_one(stride_hint(d.index, v, rw.x_vars))), None)
-            for rw, d in accesses}
-    inner = max(k for k, size in enumerate(first.ranges) if size != 1) if any(s != 1 for s in first.ranges) else 0
-    if len(unit) != 1 or None in unit or unit == {inner}:
-        return None
-    store = next((d for rw, d in accesses if d in rw.writes), None)
-    if store is None:
+    # (node, access) for every read from memory and every stored write
+    accesses = [(n, d) for n in group.nodes for d in n.read_writes.reads if d.name not in written]
+    accesses += [(n, d) for n in group.nodes for d in n.read_writes.writes if stored(d.name)]
+    unit = {next((k for k, v in enumerate(n.read_writes.x_vars)
+                  if _is_one(stride_hint(d.index, v, n.read_writes.x_vars))), None) for n, d in accesses}
+    inner = max((k for k, size in enumerate(first.ranges) if size != 1), default=0)
+    store = next((d for n, d in accesses if d in n.read_writes.writes), None)
+    if len(unit) != 1 or None in unit or unit == {inner} or store is None:
         return None
     strides = [stride_hint(store.index, v, first.x_vars) for v in first.x_vars]
     if not all(s is not None and s.is_number for s in strides):
         return None
     order = sorted(range(len(strides)), key=lambda k: -int(strides[k]))
-    ranges = [first.ranges[k] for k in order]
-    placements = {}
-    for node in group.nodes:
-        rw = node.read_writes
-        placements[node.name] = Placement(tuple(rw.x_vars[k] for k in order), tuple(flat_to_vars(FLAT, ranges)), "full")
-    for rw, dep in accesses:
-        node_name = next(n.name for n in group.nodes if n.read_writes is rw)
-        if not _is_one(stride_hint(dep.kernel_index(placements[node_name], group.numel, 1), FLAT, ())):
-            return None
+    exprs = tuple(flat_to_vars(FLAT, [first.ranges[k] for k in order]))
+    placements = {n.name: Placement(tuple(n.read_writes.x_vars[k] for k in order), exprs, "full") for n in group.nodes}
+    if not all(_is_one(stride_hint(d.kernel_index(placements[n.name], group.numel, 1), FLAT, ())) for n, d in accesses):
+        return None
     return placements
