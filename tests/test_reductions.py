@@ -249,6 +249,23 @@ def test_row_reduction(name, dtype, cols, tmp_path, unsplit):
 
 
 @pytest.mark.parametrize("cols", ALL_COLS)
+def test_division_by_a_row_value(cols, tmp_path, unsplit):
+    """Dividing by a per-row value (multiplied by its reciprocal in the kernel) keeps
+    IEEE division's zeros, infinities and NaNs: rows summing to 0 (0/0, +-x/0), a row
+    with an infinity (x/inf, inf/inf), a row of zeros, and ordinary rows."""
+    x = torch.randn(6, cols)
+    x[0, :] = 0.0
+    x[1, :] = 0.0
+    x[1, 0], x[1, 1], x[1, 2] = 3.0, -3.0, 0.5
+    x[1, 3] = -0.5
+    x[2, 5] = float("inf")
+    x[3, :] = x[3, :].abs() * 1e-30
+    names, _ = run_compiled(lambda x: (x / x.sum(-1, keepdim=True), x / (2 * x.abs().amax(-1, keepdim=True))),
+                            x, tmp_path=tmp_path)
+    assert len(names) == 1 and names[0].startswith(kind(cols) + "_"), names
+
+
+@pytest.mark.parametrize("cols", ALL_COLS)
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
 def test_integer_sums_are_exact(dtype, cols, tmp_path, unsplit):
     x = torch.randint(-2 ** 20, 2 ** 20, (3, cols), dtype=dtype)

@@ -239,6 +239,7 @@ class KernelCodegen(OpsHandler):
         self._tmp_ids = itertools.count()
         self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
         self.unrounded: dict[str, CSEVar] = {}  # fp16/bf16 value -> the fp32 value it rounds
+        self.per_row: set[str] = set()  # values constant along the r axis: reductions and math on them
 
     @property
     def scope(self) -> _Scope:
@@ -448,6 +449,7 @@ class KernelCodegen(OpsHandler):
         results = (self._persistent_reduction if self.persistent else self._looped_reduction)(
             dtype, reduction_type, value)
         self.scope.cse[key] = CSEVar(key, dtype, value=results)
+        self.per_row.update(r.text for r in results)
         return results
 
     def _persistent_reduction(self, dtype, reduction_type, value) -> tuple[CSEVar, ...]:
@@ -619,11 +621,22 @@ class KernelCodegen(OpsHandler):
 
     def _binary(self, template: str, a: CSEVar, b: CSEVar, dtype: Optional[torch.dtype] = None) -> CSEVar:
         a, b = self._operands(a, b)
-        return self._emit(template.format(a=a, b=b), dtype or self._result_dtype(a, b))
+        return self._row_derived(self._emit(template.format(a=a, b=b), dtype or self._result_dtype(a, b)), a, b)
 
     def _unary(self, template: str, x: CSEVar, dtype: Optional[torch.dtype] = None) -> CSEVar:
         x = self._typed(x)
-        return self._emit(template.format(x=x), dtype or x.dtype)
+        return self._row_derived(self._emit(template.format(x=x), dtype or x.dtype), x)
+
+    def _is_per_row(self, x: CSEVar) -> bool:
+        return x.is_literal or x.text in self.per_row
+
+    def _row_derived(self, out: CSEVar, *operands: CSEVar) -> CSEVar:
+        """Mark ``out`` per-row (constant along r) when its operands all are, though not
+        when all are literals: a literal is the same everywhere, not a row's value."""
+        if (self.is_reduction and not out.is_literal and all(map(self._is_per_row, operands))
+                and not all(x.is_literal for x in operands)):
+            self.per_row.add(out.text)
+        return out
 
     def add(self, a, b):
         return self._binary("{a} + {b}", a, b)
@@ -635,6 +648,14 @@ class KernelCodegen(OpsHandler):
         return self._binary("{a} * {b}", a, b)
 
     def truediv(self, a, b):
+        # Dividing every element of a row by one per-row value (softmax's sum, a mean's
+        # count) multiplies by its reciprocal, taken once a row: an IEEE division costs
+        # a dozen instructions, bounding 16-bit kernels heavy in math, where a multiply
+        # costs one. Within 1.5 ulp of the quotient (Triton's ``/`` is within 2), but a
+        # divisor under 2**-126 in magnitude makes the reciprocal infinite.
+        if (a.dtype == torch.float32 and not self._is_per_row(a) and not b.is_literal
+                and b.text in self.per_row and b.dtype == torch.float32):
+            return self.mul(a, self._binary("{a} / {b}", self.constant(1.0, torch.float32), b))
         return self._binary("{a} / {b}", a, b)
 
     def truncdiv(self, a, b):
