@@ -42,6 +42,7 @@ from .debug import dump_graph
 from .fx_lowering.decompositions import decomposition_table
 from .fx_lowering.graph import GraphLowering, graph_constants
 from .fx_passes import run_joint_passes, run_passes
+from .fx_passes.common import refresh_downstream
 from .logs import log_artifact
 from .runtime import compile_pool
 from .runtime.cudagraphs import cudagraphify, uses_cudagraphs
@@ -192,12 +193,33 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
             if not config.fallback_on_error:
                 raise
             _record_fallback(f"graph {name}", e)
-            return make_boxed_func(gm.forward)
+            compiled = None
+    _report_output_strides(gm)
+    if compiled is None:
+        return make_boxed_func(gm.forward)
     counters["graphs_compiled"] += 1
     if uses_cudagraphs(mode):
         with config.patch(**options):  # options may turn on the cudagraphs log
             return cudagraphify(compiled, gm, kind, name)
     return compiled
+
+
+def _report_output_strides(gm: torch.fx.GraphModule) -> None:
+    """Tell AOTAutograd the strides ``gm``'s outputs have after the graph passes, as
+    TorchInductor does (``TracingContext.output_strides``): a pass may change them
+    (`fx_passes.pad_mm` returns padded rows), and AOTAutograd then compiles the backward
+    graph for the saved tensors' real strides, and gives Dynamo the real strides of the
+    user's outputs. Outputs with symbolic strides are reported as None (unchanged:
+    passes change only static layouts)."""
+    context = torch._guards.TracingContext.try_get()
+    if context is None or context.output_strides is None or context.output_strides:
+        return
+    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+    for value in output.args[0]:
+        meta = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+        stride = meta.stride() if isinstance(meta, torch.Tensor) else None
+        static = stride is not None and all(isinstance(s, int) for s in stride)
+        context.output_strides.append(tuple(stride) if static else None)
 
 
 def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode: str,
@@ -317,4 +339,20 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
 
 def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, mode: str,
                   options: dict) -> Callable:
+    _adopt_input_strides(gm, example_inputs)
     return compile_graph(gm, kind, mode, options)
+
+
+def _adopt_input_strides(gm: torch.fx.GraphModule, example_inputs: list) -> None:
+    """Give ``gm``'s placeholders the strides of ``example_inputs`` where they differ:
+    AOTAutograd restrides a backward graph's saved tensors to the strides the forward
+    reported (`_report_output_strides`) in the example inputs only, and the lowering
+    reads the placeholders' fake values. Downstream fake values are recomputed."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, example in zip(placeholders, example_inputs):
+        meta = node.meta.get("val")
+        if (isinstance(meta, torch.Tensor) and isinstance(example, torch.Tensor)
+                and all(isinstance(s, int) for s in (*meta.stride(), *example.stride()))
+                and meta.stride() != example.stride()):
+            node.meta["val"] = example
+            refresh_downstream(gm, node)

@@ -422,6 +422,53 @@ def test_pad_mm_result_layout(monkeypatch):
     assert counters["pass.pad_mm"] == 4
 
 
+@pytest.mark.parametrize("transpose", [torch.t, lambda t: t.permute(1, 0), lambda t: t.transpose(-1, -2)],
+                         ids=["t", "permute", "transpose"])
+def test_pad_mm_pads_a_shared_operand_once(transpose):
+    """A linear layer's backward GEMMs, ``dY @ W`` and ``dY.t() @ X``, pad ``dY`` once:
+    the transposed operand's pad is the same pad of its source."""
+    g, w, x = _rand(5, 7), _rand(7, 6), _rand(5, 6)
+
+    def fn(g, w, x):
+        return g @ w, transpose(g) @ x
+
+    gm = _fake_graph(fn, g, w, x)
+    assert pad_mm(gm, force=True) == 2
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    (g_node,) = [n for n in gm.graph.nodes if n.op == "placeholder" and n.name.startswith("g")]
+    assert sum(n.target is aten.constant_pad_nd.default for n in g_node.users) == 1
+    for got, expected in zip(gm(g, w, x), fn(g, w, x)):
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pad_mm_padded_forward_result_saved_for_backward(monkeypatch, dtype):
+    """A padded GEMM result the forward saves for the backward keeps its padded rows; the
+    backward graph is compiled for those strides (reported to AOTAutograd), so its
+    gradients are right. (They were wrong when it assumed eager's contiguous rows.)"""
+    from inductor_lite import fx_passes
+    from inductor_lite.config import config
+    monkeypatch.setattr(fx_passes, "PASSES", [("pad_mm", lambda gm: pad_mm(gm, force=True))])
+    h, w = _rand(16, 64, dtype=dtype), _rand(1001, 64, dtype=dtype)
+    labels = torch.randint(0, 1001, (16,))
+
+    def loss_fn(h, w, labels):
+        return F.cross_entropy((h @ w.t()).float(), labels)
+
+    def grads(fn):
+        hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+        loss = fn(hh, ww, labels)
+        loss.backward()
+        return loss.detach(), hh.grad, ww.grad
+
+    with config.patch(fallback_on_error=False):
+        got = grads(_compile(loss_fn))
+    assert counters["pass.pad_mm"] >= 1
+    for g, e in zip(got, grads(loss_fn)):
+        torch.testing.assert_close(g, e, **TOL[dtype])
+
+
 def test_pad_mm_leaves_cpu_aligned_and_symbolic_gemms():
     a, b = _rand(5, 6), _rand(6, 7)
     assert pad_mm(_fake_graph(torch.mm, a, b)) == 0  # CPU without force
@@ -532,6 +579,19 @@ def test_pad_mm_pads_where_timing_says_it_pays(monkeypatch, times, pays, consume
     assert pad_mm_module.padding_pays(node, 3, 2, 1) is pays  # decided once
     assert timed == [2]
     assert bool(copied) == copies
+
+
+@pytest.mark.parametrize("shared, pays", [(frozenset(), False), (frozenset({0}), False), (frozenset({0, 1}), True)])
+def test_pad_mm_shared_pads_need_only_parity(monkeypatch, shared, pays):
+    """A GEMM whose every pad an earlier GEMM made pads when it is no slower padded (it
+    spares the unpadded operand); with a pad of its own it must be `MIN_SPEEDUP` faster."""
+    from inductor_lite.runtime.timing import Timer
+    pad_mm_module = importlib.import_module("inductor_lite.fx_passes.pad_mm")
+    monkeypatch.setattr(pad_mm_module, "_decisions", {})
+    monkeypatch.setattr(Timer, "median_seconds", lambda self, contenders: [1.0, 0.98])
+    gm = _fake_graph(lambda x, y: x @ y, _rand(5, 6), _rand(6, 7))
+    (node,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    assert pad_mm_module.padding_pays(node, 3, 2, 1, shared=shared) is pays
 
 
 # ---------------------------------------------------------------- joint-graph passes

@@ -62,6 +62,7 @@ def pad_mm(gm: torch.fx.GraphModule, force: bool = False) -> int:
     Returns the number of GEMMs padded.
     """
     count = 0
+    pads: dict[tuple, torch.fx.Node] = {}
     for node in list(gm.graph.nodes):
         if not is_call(node, aten.mm.default, aten.bmm.default, aten.addmm.default) or not node.users:
             continue
@@ -70,9 +71,14 @@ def pad_mm(gm: torch.fx.GraphModule, force: bool = False) -> int:
         a, b = node.args[-2:]
         bias = node.args[0] if is_call(node, aten.addmm.default) else None
         plan = _plan(a, b, bias, force)
-        if plan is None or not (force or padding_pays(node, *plan)):
+        if plan is None:
             continue
-        out = _emit(gm, node, a, b, bias, *plan)
+        pad_m, pad_k, pad_n = plan
+        shared = frozenset(i for i, (x, widths) in enumerate(((a, [0, pad_k, 0, pad_m]), (b, [0, pad_n, 0, pad_k])))
+                           if any(widths) and _pad_key(x, widths) in pads)
+        if not (force or padding_pays(node, *plan, shared=shared)):
+            continue
+        out = _emit(gm, node, a, b, bias, *plan, pads)
         replace_node(gm, node, out)
         if is_call(out, aten.clone.default):
             _return_padded_rows(gm, out)
@@ -103,13 +109,55 @@ def _plan(a, b, bias, force: bool) -> Optional[tuple[int, int, int]]:
     return pads
 
 
-def _emit(gm, node, a, b, bias, pad_m: int, pad_k: int, pad_n: int) -> torch.fx.Node:
-    """The padded GEMM, sliced back to ``node``'s shape."""
+def _transposed_source(x: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The node ``x`` transposes the last two dimensions of (``t``, ``transpose``,
+    ``permute``), or None."""
+    if not isinstance(x, torch.fx.Node):
+        return None
+    rank = tensor_val(x).dim() if tensor_val(x) is not None else 0
+    if rank < 2:
+        return None
+    swap = list(range(rank - 2)) + [rank - 1, rank - 2]
+    if is_call(x, aten.t.default):
+        return x.args[0]
+    if is_call(x, aten.permute.default) and [d % rank for d in x.args[1]] == swap:
+        return x.args[0]
+    if is_call(x, aten.transpose.int) and sorted(d % rank for d in x.args[1:3]) == [rank - 2, rank - 1]:
+        return x.args[0]
+    return None
+
+
+def _pad_key(x: torch.fx.Node, widths: list[int]) -> tuple:
+    """What a pad of operand ``x`` by ``widths`` (last dim first, two dims) pads, in a
+    canonical form: a transposed operand pads its source with the widths swapped, so
+    that ``dY`` padded for ``dY @ W`` and ``dY.t()`` padded for ``dY.t() @ X`` (a linear
+    layer's two backward GEMMs) are one pad of ``dY``."""
+    source = _transposed_source(x)
+    if source is not None:
+        return (source, (widths[2], widths[3], widths[0], widths[1]))
+    return (x, tuple(widths))
+
+
+def _padded(build: GraphBuilder, x: torch.fx.Node, widths: list[int], pads: dict) -> torch.fx.Node:
+    """``x`` zero-padded by ``widths``: one `constant_pad_nd` per canonical pad
+    (`_pad_key`), made before the first GEMM that needs it and reused by later ones."""
+    source, source_widths = key = _pad_key(x, widths)
+    if key not in pads:
+        pads[key] = build.call(aten.constant_pad_nd.default, source, list(source_widths), 0.0)
+    if source is x:
+        return pads[key]
+    rank = tensor_val(x).dim()
+    return build.call(aten.transpose.int, pads[key], rank - 2, rank - 1)
+
+
+def _emit(gm, node, a, b, bias, pad_m: int, pad_k: int, pad_n: int, pads: dict) -> torch.fx.Node:
+    """The padded GEMM, sliced back to ``node``'s shape; operand pads go through
+    ``pads`` (`_padded`)."""
     build = GraphBuilder(gm, node)
     if pad_m or pad_k:
-        a = build.call(aten.constant_pad_nd.default, a, [0, pad_k, 0, pad_m], 0.0)
+        a = _padded(build, a, [0, pad_k, 0, pad_m], pads)
     if pad_k or pad_n:
-        b = build.call(aten.constant_pad_nd.default, b, [0, pad_n, 0, pad_k], 0.0)
+        b = _padded(build, b, [0, pad_n, 0, pad_k], pads)
     if bias is None:
         out = build.call(node.target, a, b)
     else:
@@ -159,11 +207,16 @@ def _copies_result(node: torch.fx.Node) -> bool:
                                         or torch.Tag.pointwise not in user.target.tags) for user in node.users)
 
 
-def padding_pays(node: torch.fx.Node, pad_m: int, pad_k: int, pad_n: int) -> bool:
+def padding_pays(node: torch.fx.Node, pad_m: int, pad_k: int, pad_n: int, shared: frozenset = frozenset()) -> bool:
     """Whether the padded GEMM, with its pads and copy, runs `MIN_SPEEDUP` times faster
     than ``node`` as it is, timed on random tensors of the same sizes, strides and
     dtype on ``node``'s device (once per signature and process, `_decisions`). A GEMM
-    whose timing fails (out of memory, say) is left alone."""
+    whose timing fails (out of memory, say) is left alone.
+
+    ``shared``: the operands (0: ``a``, 1: ``b``) whose padded copy an earlier GEMM
+    already made: their pads cost nothing here. When every pad is shared, the padded
+    GEMM need only be as fast: it then also spares the producer writing the unpadded
+    operand, where the pads were its only other readers."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     from ..runtime.timing import Timer
@@ -172,7 +225,7 @@ def padding_pays(node: torch.fx.Node, pad_m: int, pad_k: int, pad_n: int) -> boo
     copies = bool(pad_n) and _copies_result(node)
     key = (node.target, tuple((tuple(v.shape), v.stride(), v.dtype) if isinstance(v, torch.Tensor) else v
                               for v in vals), tuple(sorted(node.kwargs.items())), pad_m, pad_k, pad_n, copies,
-           str(tensor_val(node).device))
+           str(tensor_val(node).device), shared)
     if key in _decisions:
         return _decisions[key]
     *bias, a, b = range(len(vals))
@@ -186,24 +239,29 @@ def padding_pays(node: torch.fx.Node, pad_m: int, pad_k: int, pad_n: int) -> boo
             def unpadded():
                 node.target(*args, **node.kwargs)
 
+            widths = {a: [0, pad_k, 0, pad_m], b: [0, pad_n, 0, pad_k]}
+            ready = {i: torch.constant_pad_nd(args[i], widths[i]) for i in (a, b) if i - a in shared}
+
             def padded():
                 x = list(args)
-                if pad_m or pad_k:
-                    x[a] = torch.constant_pad_nd(args[a], [0, pad_k, 0, pad_m])
-                if pad_k or pad_n:
-                    x[b] = torch.constant_pad_nd(args[b], [0, pad_n, 0, pad_k])
-                if bias and any(widths := _bias_widths(args[0].shape, pad_m, pad_n)):
-                    x[0] = torch.constant_pad_nd(args[0], widths)
+                for i in (a, b):
+                    if i in ready:
+                        x[i] = ready[i]
+                    elif any(widths[i]):
+                        x[i] = torch.constant_pad_nd(args[i], widths[i])
+                if bias and any(bias_widths := _bias_widths(args[0].shape, pad_m, pad_n)):
+                    x[0] = torch.constant_pad_nd(args[0], bias_widths)
                 out = node.target(*x, **node.kwargs)[..., :m, :n]
                 if copies:
                     out.contiguous()
 
             unpadded_s, padded_s = Timer(device, warmup=2, repeat=10).median_seconds([[unpadded], [padded]])
-            del args
+            del args, ready
     except RuntimeError:  # out of memory, say: timing is best effort
         _decisions[key] = False
     else:
-        _decisions[key] = padded_s * MIN_SPEEDUP < unpadded_s
+        all_shared = all(i - a in shared for i in (a, b) if any(widths[i]))
+        _decisions[key] = padded_s * (1.0 if all_shared else MIN_SPEEDUP) <= unpadded_s
     return _decisions[key]
 
 
