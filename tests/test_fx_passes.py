@@ -535,7 +535,7 @@ def test_gpu_pad_mm_lm_head(monkeypatch):
     for forced in (True, None):  # padded, then as this GPU's timing decides
         monkeypatch.setattr(pad_mm_module, "_decisions", {})
         if forced:
-            monkeypatch.setattr(pad_mm_module, "padding_pays", lambda *args: True)
+            monkeypatch.setattr(pad_mm_module, "padding_pays", lambda *args, **kwargs: True)
         else:
             monkeypatch.undo()
         torch._dynamo.reset()

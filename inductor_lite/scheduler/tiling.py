@@ -20,7 +20,7 @@ Candidates follow TorchInductor's ``candidate_tilings`` (``codegen/simd.py``): f
 each access, the loop variable with stride 1; when it is not the node's innermost
 variable, split the node's ranges right after it, so that this variable ends up in
 ``yindex``. A candidate wins when it makes more bytes coalesced (stride 1 along a tile
-axis) than the 1-D kernel does; strides are measured as TorchInductor's stride hints
+axis, or 0 along ``xindex``: a broadcast value) than the 1-D kernel does; strides are measured as TorchInductor's stride hints
 are, as the index's difference between neighbouring positions at the origin.
 """
 
@@ -73,6 +73,13 @@ def _is_one(value: Optional[Expr]) -> bool:
     return value is not None and value == 1
 
 
+def _is_one_or_zero(value: Optional[Expr]) -> bool:
+    """Stride 1 (contiguous) or 0 (a value broadcast along the axis, such as a row's
+    label in a kernel over the row's elements): either way neighbouring lanes share
+    cache lines, so a tile would not help it."""
+    return value is not None and value in (0, 1)
+
+
 def _static_at_least(n: Expr, minimum: int) -> bool:
     n = sympy.sympify(n)
     return not n.is_number or int(n) >= minimum
@@ -106,10 +113,11 @@ def _coalesced_bytes(group, tiling: Optional[Tiling], element_size: Callable[[st
         for dep in rw.reads + rw.writes:
             index = dep.kernel_index(placement, group.numel, group.rnumel)
             if tiling is None:
-                ok = _is_one(stride_hint(index, FLAT, ()))
+                ok = _is_one_or_zero(stride_hint(index, FLAT, ()))
             else:
                 index = tiling.split(index)
-                ok = _is_one(stride_hint(index, FLAT, (YFLAT,))) or _is_one(stride_hint(index, YFLAT, (FLAT,)))
+                ok = (_is_one_or_zero(stride_hint(index, FLAT, (YFLAT,)))
+                      or _is_one(stride_hint(index, YFLAT, (FLAT,))))
             total += element_size(dep.name) if ok else 0
     return total
 
