@@ -30,6 +30,7 @@ import logging
 from typing import Any, Callable, Optional
 
 import torch
+import torch.utils._pytree as pytree
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.exc import RestartAnalysis
 from torch._functorch.aot_autograd import make_boxed_func
@@ -184,6 +185,7 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
     name = f"graph_{graph_id}_{kind}"
     with config.patch(**options):
         config.validate()
+        strides_before = _output_strides(gm)
         try:
             run_passes(gm, name)
             compiled = _compile(gm, graph_id, kind, name, mode, options)
@@ -194,7 +196,9 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
                 raise
             _record_fallback(f"graph {name}", e)
             compiled = None
-    _report_output_strides(gm)
+    strides_after = _output_strides(gm)
+    if strides_after != strides_before:
+        _report_output_strides(strides_after)
     if compiled is None:
         return make_boxed_func(gm.forward)
     counters["graphs_compiled"] += 1
@@ -204,22 +208,27 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
     return compiled
 
 
-def _report_output_strides(gm: torch.fx.GraphModule) -> None:
-    """Tell AOTAutograd the strides ``gm``'s outputs have after the graph passes, as
-    TorchInductor does (``TracingContext.output_strides``): a pass may change them
-    (`fx_passes.pad_mm` returns padded rows), and AOTAutograd then compiles the backward
-    graph for the saved tensors' real strides, and gives Dynamo the real strides of the
-    user's outputs. Outputs with symbolic strides are reported as None (unchanged:
-    passes change only static layouts)."""
-    context = torch._guards.TracingContext.try_get()
-    if context is None or context.output_strides is None or context.output_strides:
-        return
+def _output_strides(gm: torch.fx.GraphModule) -> list[Optional[tuple[int, ...]]]:
+    """The strides of ``gm``'s outputs from their fake values: None where an output is
+    not a tensor or has symbolic strides."""
     (output,) = [n for n in gm.graph.nodes if n.op == "output"]
-    for value in output.args[0]:
+    out = []
+    for value in pytree.tree_leaves(output.args[0]):
         meta = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
         stride = meta.stride() if isinstance(meta, torch.Tensor) else None
-        static = stride is not None and all(isinstance(s, int) for s in stride)
-        context.output_strides.append(tuple(stride) if static else None)
+        out.append(tuple(stride) if stride is not None and all(isinstance(s, int) for s in stride) else None)
+    return out
+
+
+def _report_output_strides(strides: list[Optional[tuple[int, ...]]]) -> None:
+    """Tell AOTAutograd the strides of a graph's outputs that the graph passes changed
+    (`fx_passes.pad_mm` returns padded rows), as TorchInductor does
+    (``TracingContext.output_strides``): AOTAutograd then compiles the backward graph
+    for the saved tensors' real strides, and gives Dynamo the user outputs' real
+    strides. Called only when a pass changed some output's strides."""
+    context = torch._guards.TracingContext.try_get()
+    if context is not None and context.output_strides is not None:
+        context.output_strides[:] = strides
 
 
 def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode: str,
