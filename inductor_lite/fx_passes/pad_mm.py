@@ -74,7 +74,7 @@ def pad_mm(gm: torch.fx.GraphModule, force: bool = False) -> int:
         if plan is None:
             continue
         pad_m, pad_k, pad_n = plan
-        shared = frozenset(i for i, (x, widths) in enumerate(((a, [0, pad_k, 0, pad_m]), (b, [0, pad_n, 0, pad_k])))
+        shared = frozenset(i for i, (x, widths) in enumerate(zip((a, b), _operand_widths(*plan)))
                            if any(widths) and _pad_key(x, widths) in pads)
         if not (force or padding_pays(node, *plan, shared=shared)):
             continue
@@ -114,7 +114,8 @@ def _transposed_source(x: torch.fx.Node) -> Optional[torch.fx.Node]:
     ``permute``), or None."""
     if not isinstance(x, torch.fx.Node):
         return None
-    rank = tensor_val(x).dim() if tensor_val(x) is not None else 0
+    value = tensor_val(x)
+    rank = value.dim() if value is not None else 0
     if rank < 2:
         return None
     swap = list(range(rank - 2)) + [rank - 1, rank - 2]
@@ -154,10 +155,11 @@ def _emit(gm, node, a, b, bias, pad_m: int, pad_k: int, pad_n: int, pads: dict) 
     """The padded GEMM, sliced back to ``node``'s shape; operand pads go through
     ``pads`` (`_padded`)."""
     build = GraphBuilder(gm, node)
-    if pad_m or pad_k:
-        a = _padded(build, a, [0, pad_k, 0, pad_m], pads)
-    if pad_k or pad_n:
-        b = _padded(build, b, [0, pad_n, 0, pad_k], pads)
+    a_widths, b_widths = _operand_widths(pad_m, pad_k, pad_n)
+    if any(a_widths):
+        a = _padded(build, a, a_widths, pads)
+    if any(b_widths):
+        b = _padded(build, b, b_widths, pads)
     if bias is None:
         out = build.call(node.target, a, b)
     else:
@@ -229,6 +231,7 @@ def padding_pays(node: torch.fx.Node, pad_m: int, pad_k: int, pad_n: int, shared
     if key in _decisions:
         return _decisions[key]
     *bias, a, b = range(len(vals))
+    all_widths = _operand_widths(pad_m, pad_k, pad_n)
     device = tensor_val(node).device
     m, n = tensor_val(node).shape[-2:]
     try:
@@ -239,16 +242,17 @@ def padding_pays(node: torch.fx.Node, pad_m: int, pad_k: int, pad_n: int, shared
             def unpadded():
                 node.target(*args, **node.kwargs)
 
-            widths = {a: [0, pad_k, 0, pad_m], b: [0, pad_n, 0, pad_k]}
-            ready = {i: torch.constant_pad_nd(args[i], widths[i]) for i in (a, b) if i - a in shared}
+            # (argument position, pad widths, padded ahead of timing) of each operand
+            operands = [(i, widths, j in shared) for j, (i, widths) in enumerate(zip((a, b), all_widths))]
+            ready = {i: torch.constant_pad_nd(args[i], widths) for i, widths, pre in operands if pre}
 
             def padded():
                 x = list(args)
-                for i in (a, b):
-                    if i in ready:
+                for i, widths, pre in operands:
+                    if pre:
                         x[i] = ready[i]
-                    elif any(widths[i]):
-                        x[i] = torch.constant_pad_nd(args[i], widths[i])
+                    elif any(widths):
+                        x[i] = torch.constant_pad_nd(args[i], widths)
                 if bias and any(bias_widths := _bias_widths(args[0].shape, pad_m, pad_n)):
                     x[0] = torch.constant_pad_nd(args[0], bias_widths)
                 out = node.target(*x, **node.kwargs)[..., :m, :n]
@@ -260,9 +264,15 @@ def padding_pays(node: torch.fx.Node, pad_m: int, pad_k: int, pad_n: int, shared
     except RuntimeError:  # out of memory, say: timing is best effort
         _decisions[key] = False
     else:
-        all_shared = all(i - a in shared for i in (a, b) if any(widths[i]))
+        all_shared = all(j in shared for j, widths in enumerate(all_widths) if any(widths))
         _decisions[key] = padded_s * (1.0 if all_shared else MIN_SPEEDUP) <= unpadded_s
     return _decisions[key]
+
+
+def _operand_widths(pad_m: int, pad_k: int, pad_n: int) -> tuple[list[int], list[int]]:
+    """``constant_pad_nd`` widths (last dim first) of a GEMM's ``a`` ``[M, K]`` and ``b``
+    ``[K, N]`` for these pads."""
+    return [0, pad_k, 0, pad_m], [0, pad_n, 0, pad_k]
 
 
 def _pad_bias(build: GraphBuilder, bias: torch.fx.Node, pad_m: int, pad_n: int) -> torch.fx.Node:

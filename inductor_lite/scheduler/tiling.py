@@ -20,8 +20,9 @@ Candidates follow TorchInductor's ``candidate_tilings`` (``codegen/simd.py``): f
 each access, the loop variable with stride 1; when it is not the node's innermost
 variable, split the node's ranges right after it, so that this variable ends up in
 ``yindex``. A candidate wins when it makes more bytes coalesced (stride 1 along a tile
-axis, or 0 along ``xindex``: a broadcast value) than the 1-D kernel does; strides are measured as TorchInductor's stride hints
-are, as the index's difference between neighbouring positions at the origin.
+axis, or 0 along ``xindex``: a broadcast value) than the 1-D kernel does; strides are
+measured as TorchInductor's stride hints are, as the index's difference between
+neighbouring positions at the origin.
 """
 
 from __future__ import annotations
