@@ -297,6 +297,25 @@ def test_cross_entropy_forward(tmp_path):
     assert len(names) == (3 if "aten.gather.default" in extern_ops() else 2), names
 
 
+@pytest.mark.parametrize("cols", ALL_COLS)
+def test_a_row_index_loaded_through_a_loaded_index(cols, tmp_path, unsplit):
+    """BERT's embeddings at batch 1: a row's token type is gathered through its position
+    id (a load through a loaded index), selects an embedding row for a LayerNorm, and
+    is returned too. Its load is masked by the row's masks only, so the value stored
+    per row has one element per row, not one per column."""
+    ids, pos = torch.randint(0, 50, (1, 16)), torch.randperm(16)[None]
+    types = torch.randint(0, 2, (1, 16))
+    w_tok, w_type, w_pos = torch.randn(50, cols), torch.randn(2, cols), torch.randn(16, cols)
+
+    def embed(ids, pos, types, w_tok, w_type, w_pos):
+        token_type = torch.gather(types.expand(pos.shape[0], -1), 1, pos)
+        x = F.embedding(ids, w_tok) + F.embedding(token_type, w_type) + F.embedding(pos, w_pos)
+        return F.layer_norm(x, (cols,)), token_type
+
+    names, _ = run_compiled(embed, ids, pos, types, w_tok, w_type, w_pos, tmp_path=tmp_path)
+    assert len(names) == 1 and names[0].startswith(kind(cols) + "_"), names
+
+
 # ---------------------------------------------------------------------------- NaN and ties
 
 

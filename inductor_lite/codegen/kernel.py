@@ -38,7 +38,8 @@ reads at ``(xindex, rindex)``, a full-domain pointwise node (a prologue, or a co
 of the reduced rows) at ``xindex * R + rindex``, an x-only node (an epilogue) at
 ``xindex``. Loads of a buffer computed earlier in the same kernel reuse the value;
 buffers the scheduler removed are never stored. Loads and stores are masked by the
-masks their index needs (``xmask``, ``rmask`` or both). Index expressions are
+masks their index needs (``xmask``, ``rmask`` or both); a load through a loaded index
+also by the masks of the axes that index varies along (each value's axes are tracked). Index expressions are
 simplified over ``xindex in [0, xnumel)``, ``rindex in [0, rnumel)`` and printed with
 ``//`` and ``%``; their ``FloorDiv``/``ModularIndexing`` parts get names (``x0``...).
 Index math is int64 when any index or the domain may reach 2**31 (always for symbolic
@@ -93,6 +94,11 @@ DSL_DTYPES = {
     torch.int32: "dl.int32", torch.int64: "dl.int64", torch.uint8: "dl.uint8",
 }
 
+
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+"""A name in generated DSL text (values, index and mask variables are looked up by it)."""
+_VALUE_NAME = re.compile(r"\b(?:tmp|acc)\d+\b")
+"""The names `KernelCodegen` gives values: ``tmpN``, accumulators ``accN``."""
 
 _FLOAT_TO_INT = (TruncToInt, FloorToInt, CeilToInt, RoundToInt)
 """torch's float-to-int size functions: printed by the wrapper, never in a kernel."""
@@ -239,7 +245,13 @@ class KernelCodegen(OpsHandler):
         self._tmp_ids = itertools.count()
         self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
         self.unrounded: dict[str, CSEVar] = {}  # fp16/bf16 value -> the fp32 value it rounds
-        self.per_row: set[str] = set()  # values constant along the r axis: reductions and math on them
+        # The tile symbols each named value varies along (its block's non-unit axes), as
+        # TorchInductor's CSE variables track their mask_vars: a load through a loaded
+        # index needs only the masks of that index's own axes.
+        self.dims: dict[str, frozenset[sympy.Symbol]] = {
+            kexpr(s): frozenset([s]) for s in self.tile_symbols}
+        self.dims.update({name: frozenset([s]) for name, s in (("xmask", FLAT), ("rmask", RFLAT), ("ymask", YFLAT))
+                          if s in self.tile_symbols})
 
     @property
     def scope(self) -> _Scope:
@@ -255,7 +267,19 @@ class KernelCodegen(OpsHandler):
         var = CSEVar(f"tmp{next(self._tmp_ids)}", dtype)
         self.scope.cse[text] = var
         self.scope.lines.append(f"{var} = {text}")
+        self.dims[var.text] = frozenset().union(*map(self._name_dims, _IDENTIFIER.findall(text)))
         return var
+
+    def _name_dims(self, name: str) -> frozenset[sympy.Symbol]:
+        """The tile symbols a name in DSL text varies along: none for a size or a DSL
+        function, all for a value this kernel assigned without recording them."""
+        if name in self.dims:
+            return self.dims[name]
+        return self.tile_symbols if _VALUE_NAME.fullmatch(name) else frozenset()
+
+    def _dims(self, x: CSEVar) -> frozenset[sympy.Symbol]:
+        """The tile symbols ``x`` varies along (all of them for a value of unknown shape)."""
+        return frozenset() if x.is_literal else self.dims.get(x.text, self.tile_symbols)
 
     def _typed(self, x: CSEVar) -> CSEVar:
         """A literal materialised as a typed scalar (so an op on literals has a dtype)."""
@@ -309,14 +333,15 @@ class KernelCodegen(OpsHandler):
         if name is None:
             name = sympy.Symbol(f"x{len(self.index_names)}", integer=True, nonnegative=True)
             self.index_names[atom] = name
+            self.dims[name.name] = frozenset(atom.free_symbols & self.tile_symbols)
             self.index_lines.append(f"{name} = {kexpr(atom)}")
         return name
 
     def _index_mask(self, index: Expr) -> Optional[str]:
         """The mask an access at ``index`` needs: by the index variables it uses."""
         symbols = self.simplify(index).free_symbols
-        if symbols & self.indirect_masks.keys():  # a loaded index may be garbage in any masked-off lane
-            symbols = symbols | self.tile_symbols
+        for symbol in symbols & self.indirect_masks.keys():  # a loaded index may be garbage where its load was masked
+            symbols = symbols | self.dims.get(symbol.name, self.tile_symbols)
         uses_r = self.has_rmask and RFLAT in symbols
         if self.tiling is not None:
             if (FLAT in symbols) == (YFLAT in symbols):
@@ -449,7 +474,8 @@ class KernelCodegen(OpsHandler):
         results = (self._persistent_reduction if self.persistent else self._looped_reduction)(
             dtype, reduction_type, value)
         self.scope.cse[key] = CSEVar(key, dtype, value=results)
-        self.per_row.update(r.text for r in results)
+        for result in results:
+            self.dims[result.text] = self._dims(value) - {RFLAT}
         return results
 
     def _persistent_reduction(self, dtype, reduction_type, value) -> tuple[CSEVar, ...]:
@@ -621,22 +647,17 @@ class KernelCodegen(OpsHandler):
 
     def _binary(self, template: str, a: CSEVar, b: CSEVar, dtype: Optional[torch.dtype] = None) -> CSEVar:
         a, b = self._operands(a, b)
-        return self._row_derived(self._emit(template.format(a=a, b=b), dtype or self._result_dtype(a, b)), a, b)
+        return self._emit(template.format(a=a, b=b), dtype or self._result_dtype(a, b))
 
     def _unary(self, template: str, x: CSEVar, dtype: Optional[torch.dtype] = None) -> CSEVar:
         x = self._typed(x)
-        return self._row_derived(self._emit(template.format(x=x), dtype or x.dtype), x)
+        return self._emit(template.format(x=x), dtype or x.dtype)
 
     def _is_per_row(self, x: CSEVar) -> bool:
-        return x.is_literal or x.text in self.per_row
-
-    def _row_derived(self, out: CSEVar, *operands: CSEVar) -> CSEVar:
-        """Mark ``out`` per-row (constant along r) when its operands all are, though not
-        when all are literals: a literal is the same everywhere, not a row's value."""
-        if (self.is_reduction and not out.is_literal and all(map(self._is_per_row, operands))
-                and not all(x.is_literal for x in operands)):
-            self.per_row.add(out.text)
-        return out
+        """Whether ``x`` is one value per row of a reduction kernel (constant along r, not
+        a scalar: a literal or a size is the same everywhere, not a row's value)."""
+        dims = self._dims(x)
+        return self.is_reduction and bool(dims) and RFLAT not in dims
 
     def add(self, a, b):
         return self._binary("{a} + {b}", a, b)
@@ -653,8 +674,8 @@ class KernelCodegen(OpsHandler):
         # a dozen instructions, bounding 16-bit kernels heavy in math, where a multiply
         # costs one. Within 1.5 ulp of the quotient (Triton's ``/`` is within 2), but a
         # divisor under 2**-126 in magnitude makes the reciprocal infinite.
-        if (a.dtype == torch.float32 and not self._is_per_row(a) and not b.is_literal
-                and b.text in self.per_row and b.dtype == torch.float32):
+        if (a.dtype == torch.float32 and RFLAT in self._dims(a) and self._is_per_row(b)
+                and b.dtype == torch.float32):
             return self.mul(a, self._binary("{a} / {b}", self.constant(1.0, torch.float32), b))
         return self._binary("{a} / {b}", a, b)
 
@@ -977,14 +998,13 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
 
 
 _TEMPORARY = re.compile(r"\s*(tmp\d+) = ")
-_NAME = re.compile(r"\b(?:tmp|acc)\d+\b")
 
 
 def _drop_unused_temporaries(lines: list[str]) -> list[str]:
     """``lines`` without the ``tmpN = ...`` assignments nothing reads (the fp16/bf16
     roundings of values used unrounded, say), so the source shows what runs."""
     while True:
-        used = [set(_NAME.findall(line.split(" = ", 1)[1] if _TEMPORARY.match(line) else line)) for line in lines]
+        used = [set(_VALUE_NAME.findall(line.split(" = ", 1)[1] if _TEMPORARY.match(line) else line)) for line in lines]
         read = set().union(*used) if used else set()
         kept = [line for line in lines if not ((m := _TEMPORARY.match(line)) and m.group(1) not in read)]
         if len(kept) == len(lines):
