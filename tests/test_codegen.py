@@ -78,6 +78,17 @@ def test_int64_indexing_for_huge_or_symbolic_sizes():
     assert kernel.source.splitlines()[1].endswith("(in_ptr0, out_ptr0, xnumel, XBLOCK: dl.constexpr):")
 
 
+def test_loaded_indices_keep_int32_index_math():
+    """An index loaded from memory lies in the dimension it indexes wherever it is used
+    (loads through it are masked or asserted), so small sizes keep int32 index math."""
+    fn = lambda w, i: F.embedding(i, w) * 2  # noqa: E731
+    w, i = torch.randn(50, 8), torch.randint(0, 50, (16,))
+    code = build(fn, w, i)
+    assert not any("dl.program_id(0).to(dl.int64)" in k.source for k in code.kernels)
+    outs, _ = run(code, w, i)
+    torch.testing.assert_close(outs[0], fn(w, i))
+
+
 def test_symbolic_sizes_become_kernel_arguments():
     code = build(lambda x, y: x + y[:, :1], torch.randn(5, 3), torch.randn(5, 4), mode="symbolic")
     (kernel,) = code.kernels

@@ -4,6 +4,7 @@ memory swizzle the NVPTX lowering moves a tile between layouts with."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from inductor_lite.dsl.layout import _combine, default_blocked_layout, distribute
 from inductor_lite.dsl.nvptx_reduce import _row_major_strides, _swizzle, swizzle_map
@@ -22,6 +23,10 @@ PATTERNS = {
     "size_one_dim": (lambda x: x.permute(2, 1, 0).contiguous() - 1, [(30, 1, 40)]),
     "permuted_layout_op": (lambda x: x.transpose(-1, -2) * 2, [(3, 40, 24)]),  # the output keeps the layout
     "permuted_layout_cast": (lambda x: x.transpose(-1, -2).to(torch.float64), [(3, 40, 24)]),
+    "row_values": (lambda x, r, b: x * r + b, [(3, 40, 300), (3, 40, 1), (300,)]),
+    "row_values_padded_output": (lambda x, r: F.pad(x * r, (0, 7)), [(40, 300), (40, 1)]),
+    # padded rows too: the row values' loads past the last row stay masked
+    "row_values_padded_rows": (lambda x, r: F.pad(x * r, (0, 7, 2, 5)), [(40, 300), (40, 1)]),
 }
 
 
@@ -31,15 +36,27 @@ def _tiling(fn, *shapes):
 
 
 def test_tiling_follows_the_strides():
-    assert _tiling(lambda x: x.t().contiguous() + 1, (64, 128)) == Tiling(128, 64)
+    assert _tiling(lambda x: x.t().contiguous() + 1, (64, 128)) == Tiling(128, 64, transposed=True)
     # NCHW -> NHWC: rows are (n, c), each row an h*w plane read contiguously
-    assert _tiling(lambda x: x.contiguous(memory_format=torch.channels_last) * 2, (2, 32, 16, 16)) == Tiling(64, 256)
-    assert _tiling(lambda x: x.permute(2, 0, 1) + 1, (32, 64, 128)) == Tiling(128, 2048)
+    assert _tiling(lambda x: x.contiguous(memory_format=torch.channels_last) * 2,
+                   (2, 32, 16, 16)) == Tiling(64, 256, transposed=True)
+    assert _tiling(lambda x: x.permute(2, 0, 1) + 1, (32, 64, 128)) == Tiling(128, 2048, transposed=True)
     # every access contiguous already, or a broadcast: 1-D
     assert _tiling(lambda x: x + 1, (64, 128)) is None
     assert _tiling(lambda x, b: x + b, (64, 128), (128,)) is None
+    assert _tiling(lambda x, b: x + b, (64, 300), (300,)) is None
     # a side shorter than a useful tile stays 1-D
     assert _tiling(lambda x: x.t().contiguous() + 1, (4, 4096)) is None
+
+
+def test_one_value_a_row_gets_row_tiles():
+    """Rows of a length that is not a power of two reading one value a row (a
+    normalisation's statistic, a label): tiled in rows, not transposed, so the value is
+    loaded once a tile row instead of each element dividing its index by the length.
+    A power-of-two length divides by a shift: 1-D."""
+    assert _tiling(lambda x, r: x * r, (64, 300), (64, 1)) == Tiling(64, 300)
+    assert _tiling(lambda x, r, b: x * r + b, (8, 64, 300), (8, 64, 1), (300,)) == Tiling(512, 300)
+    assert _tiling(lambda x, r: x * r, (64, 128), (64, 1)) is None
 
 
 def _memory_order(fn, *shapes):

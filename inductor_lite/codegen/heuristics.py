@@ -143,6 +143,48 @@ def pointwise_tiled(ynumel, xnumel, element_size: int) -> list[Config]:
     return _unique([default] + options)
 
 
+def _row_tile_cols(cols: Optional[int]) -> int:
+    """Columns of a row tile over rows of ``cols`` elements: the widest power of two
+    from 1024 down to 64 (128 bytes of a 16-bit row) that leaves under 1/8 of a row's
+    lanes idle in its last tile (768 columns: 256, not 1024 with a quarter idle), else
+    the one of those leaving fewest idle; rows under 64 take their next power of two.
+    Unknown: 1024."""
+    if cols is None:
+        return 1024
+    if cols <= 64:
+        return next_power_of_2(cols)
+    widths = [w for w in (1024, 512, 256, 128, 64) if w <= next_power_of_2(cols)]
+
+    def idle(width: int) -> float:
+        return -cols % width / cols
+
+    return next((w for w in widths if idle(w) < 1 / 8), min(widths, key=idle))
+
+
+def pointwise_row_tiled(ynumel, xnumel, element_size: int) -> list[Config]:
+    """Candidates of a tiled pointwise kernel over ``[ynumel rows, xnumel columns]``
+    whose accesses all run along the rows (`scheduler.tiling`: a row's own values are
+    loaded once a tile row), in ``[YBLOCK, XBLOCK]`` tiles of consecutive programs
+    along a row, as the hand-written row-broadcast kernels' (`broadcast_tile`): the
+    default 4 warps, each thread moving 64 bytes (as `flat_pointwise_default`), then 4
+    or 8 warps moving 32 to 128 bytes and half-width tiles. ``XBLOCK`` is
+    `_row_tile_cols`; ``YBLOCK`` is capped at the rows' next power of two."""
+    cols, rows = _static(xnumel), _static(ynumel)
+    rows_cap = next_power_of_2(rows) if rows is not None else 1 << 30
+    xblock = _row_tile_cols(cols)
+
+    def tile(bytes_per_thread: int, warps: int, width: int) -> Config:
+        yblock = min(max(1, bytes_per_thread * 32 * warps // element_size // width), rows_cap)
+        while warps > 1 and yblock * width < 32 * warps:
+            warps //= 2
+        return Config.of(warps, YBLOCK=yblock, XBLOCK=width)
+
+    options = [tile(bytes_per_thread, warps, xblock) for warps, bytes_per_thread in ((4, 32), (4, 128), (8, 32),
+                                                                                     (8, 64))]
+    options += [tile(64, 4, max(16, xblock // 2))]  # more programs for few, short rows
+    return _unique([tile(64, 4, xblock)] + options)
+
+
 def persistent_reduction(numel, rnumel: int, element_size: int) -> list[Config]:
     """Candidates of a persistent reduction of rows of ``rnumel`` (static, at most
     `PERSISTENT_MAX_RBLOCK` rounded up) over ``numel`` rows, ``RBLOCK`` fixed to the

@@ -75,8 +75,8 @@ import torch
 from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt, ModularIndexing, RoundToInt, TruncToInt
 
 from ..config import config
-from ..ir.indexing import Expr, abs_bound, simplify_index
-from ..ir.nodes import Reduction, Scan, ScatterBuffer, reduction_identity
+from ..ir.indexing import Expr, abs_bound, known_leq, max_value, simplify_index
+from ..ir.nodes import Layout, Reduction, Scan, ScatterBuffer, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT, RFLAT
 from ..scheduler.fusion import KernelGroup
@@ -173,11 +173,13 @@ class KernelSource:
 
 
 def needs_int64(group: KernelGroup) -> bool:
-    """Whether any index of the group (or its domain) may exceed int32."""
+    """Whether any index of the group (or its domain) may exceed int32. A loaded index
+    counts with its dimension's size (the kernel masks or asserts any access through an
+    index outside it; a lane whose garbage index wraps in int32 is masked off)."""
     limits = [group.numel * group.rnumel]
     for node in group.nodes:
         rw = node.read_writes
-        var_ranges = dict(zip(rw.x_vars + rw.r_vars, rw.ranges + rw.reduction_ranges))
+        var_ranges = {**rw.indirect_ranges, **dict(zip(rw.x_vars + rw.r_vars, rw.ranges + rw.reduction_ranges))}
         for expr in [d.index for d in rw.reads + rw.writes] + rw.index_exprs:
             bound = abs_bound(sympy.expand(expr), var_ranges)
             if bound is None:
@@ -211,18 +213,18 @@ class KernelCodegen(OpsHandler):
         numel, rnumel: the group. persistent: reduce in registers (``rnumel`` static).
         reduction_axis: the tile axis ``rindex`` runs along (1, or 0 for outer reductions).
         index_dtype: int32 or int64 index math.
-        buffer_dtypes: a buffer's dtype by name.
+        layouts: a buffer's `Layout` by name.
         tiling: a pointwise kernel's 2-D `Tiling`, or None.
     """
 
     def __init__(self, numel: Expr, rnumel: Expr, persistent: bool, reduction_axis: int, index_dtype: torch.dtype,
-                 buffer_dtypes: Callable[[str], torch.dtype], tiling: Optional[Tiling] = None):
+                 layouts: Callable[[str], Layout], tiling: Optional[Tiling] = None):
         self.numel, self.rnumel = numel, rnumel
         self.is_reduction = rnumel != 1
         self.persistent = persistent
         self.axis = reduction_axis
         self.index_dtype = index_dtype
-        self.buffer_dtypes = buffer_dtypes
+        self.layouts = layouts
         self.tiling = tiling
         if tiling is not None:
             self.ranges = tiling.ranges()
@@ -379,8 +381,28 @@ class KernelCodegen(OpsHandler):
         if name in self.producers:  # computed in an earlier loop of this kernel: compute again here
             return self.producers[name]()
         ptr = self.in_ptrs.setdefault(name, f"in_ptr{len(self.in_ptrs)}")
-        text = f"dl.load({ptr} + ({self.index_str(index)}), mask={self._mask(index)})"
-        return self._emit(text, self.buffer_dtypes(name))
+        dtype = self.layouts(name).dtype
+        simplified = self.simplify(index)
+        if not simplified.free_symbols & self.indirect_masks.keys() and self._in_bounds(name, simplified):
+            # loaded whatever ops.masked's condition: a value it discards is never out of bounds
+            if not simplified.free_symbols & self.tile_symbols:  # a scalar (a loss's grad_output)
+                return self._emit(f"dl.load({ptr} + ({self.index_str(index)}))", dtype)
+            mask = self._index_mask(index)
+        else:
+            mask = self._mask(index)
+        return self._emit(f"dl.load({ptr} + ({self.index_str(index)}), mask={mask})", dtype)
+
+    def _in_bounds(self, name: str, index: Expr) -> bool:
+        """Whether ``index`` addresses an element of ``name`` at every position of the
+        kernel's domain (each tile symbol below its numel), so that a load needs only the
+        masks of the lanes past the domain's end."""
+        layout = self.layouts(name)
+        if layout.offset != 0 or not all(known_leq(1, size) for size in layout.size) or not all(
+                known_leq(0, stride) for stride in layout.stride):
+            return False
+        top = max_value(index, self.ranges)
+        last = sum((size - 1) * stride for size, stride in zip(layout.size, layout.stride))
+        return top is not None and known_leq(top, last)
 
     def store(self, name: str, index: Expr, value: CSEVar, keep: bool, scope: Optional[_Scope] = None) -> None:
         """Record ``value`` as element ``index`` of ``name``; write it to memory if ``keep``."""
@@ -427,6 +449,8 @@ class KernelCodegen(OpsHandler):
         """Stop the launch (``dl.device_assert``, as eager raises) in any lane where a
         bounds-checked `indirect_indexing` symbol of ``index`` is outside its dimension."""
         lanes = self._index_mask(index)
+        if self.masks:  # only where ops.masked's condition holds: elsewhere nothing is accessed
+            lanes = self._emit(f"{lanes} & {self.masks[-1]}", torch.bool).text
         for symbol in sorted(sympy.sympify(index).free_symbols & self.indirect_masks.keys(), key=str):
             in_bounds = self.indirect_masks[symbol]
             if in_bounds is not None:
@@ -827,7 +851,7 @@ def _combine_function(name: str, combine_fn: Callable, dtypes: Sequence[torch.dt
     """Lines defining ``def name(a0, .., b0, ..)``: ``combine_fn`` (through ``ops``) on
     scalars of ``dtypes``, the lower positions' state ``a`` first."""
     body = KernelCodegen(parent.numel, parent.rnumel, parent.persistent, parent.axis, parent.index_dtype,
-                         parent.buffer_dtypes)
+                         parent.layouts)
     body._tmp_ids = parent._tmp_ids  # one numbering per kernel, for readability
     a = tuple(CSEVar(f"a{k}", d) for k, d in enumerate(dtypes))
     b = tuple(CSEVar(f"b{k}", d) for k, d in enumerate(dtypes))
@@ -899,13 +923,13 @@ def is_persistent(group: KernelGroup, axis: int) -> bool:
             and heuristics.next_power_of_2(int(r)) <= heuristics.PERSISTENT_MAX_RBLOCK)
 
 
-def _element_size(buffer_dtypes: Callable[[str], torch.dtype], names) -> int:
-    sizes = [buffer_dtypes(n).itemsize for n in names]
+def _element_size(layouts: Callable[[str], Layout], names) -> int:
+    sizes = [layouts(n).dtype.itemsize for n in names]
     return max(sizes) if sizes else 4
 
 
 def generate_kernel(group: KernelGroup, index: int, removed: set[str],
-                    buffer_dtypes: Callable[[str], torch.dtype]) -> KernelSource:
+                    layouts: Callable[[str], Layout]) -> KernelSource:
     """Source of the kernel computing ``group``; ``removed`` buffers are not stored.
 
     Raises:
@@ -917,8 +941,8 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     in_memory_order = memory_order_placements(group, lambda name: name not in removed)
     # a scatter's stores follow its source's layout, not a tile's
     tiling = (None if group.has_scatter() or in_memory_order
-              else choose_tiling(group, lambda name: buffer_dtypes(name).itemsize))
-    cg = KernelCodegen(group.numel, group.rnumel, persistent, axis, index_dtype, buffer_dtypes, tiling)
+              else choose_tiling(group, lambda name: layouts(name).dtype.itemsize))
+    cg = KernelCodegen(group.numel, group.rnumel, persistent, axis, index_dtype, layouts, tiling)
     looped = group.is_reduction and not persistent
     pending_reductions: set[str] = set()  # reduction results of the open loop
     with set_ops_handler(cg):
@@ -957,7 +981,7 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     call_args += [("expr", values.get(s, s)) for s in symbols]
     pid = "dl.program_id(0).to(dl.int64)" if index_dtype == torch.int64 else "dl.program_id(0)"
     body = [f"# FX nodes: {', '.join(group.origins())}"] + cg.helpers
-    element_size = _element_size(buffer_dtypes, list(cg.in_ptrs) + list(cg.out_ptrs))
+    element_size = _element_size(layouts, list(cg.in_ptrs) + list(cg.out_ptrs))
     if tiling is not None:
         # consecutive programs walk along x, then move down one row of tiles
         body += [f"pid = {pid}", "xblocks = (xnumel + XBLOCK - 1) // XBLOCK",
@@ -965,7 +989,8 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
                  "yindex = (pid // xblocks) * YBLOCK + dl.arange(0, YBLOCK)[:, None]",
                  "xmask = xindex < xnumel", "ymask = yindex < ynumel"]
         constexprs = ["YBLOCK", "XBLOCK"]
-        configs = heuristics.pointwise_tiled(tiling.ynumel, tiling.xnumel, element_size)
+        configs = (heuristics.pointwise_tiled if tiling.transposed else heuristics.pointwise_row_tiled)(
+            tiling.ynumel, tiling.xnumel, element_size)
     elif not group.is_reduction:
         body += [f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         constexprs = ["XBLOCK"]
@@ -992,12 +1017,29 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     if any(isinstance(n.node, ScatterBuffer) and n.node.data.mode == "atomic_add" for n in group.nodes):
         configs = configs[:1]  # autotuning runs a kernel many times: each run would add again
     signature = ", ".join(params + [f"{c}: dl.constexpr" for c in constexprs])
-    body = _drop_unused_temporaries(body)
+    body = _static_sizes_inline(_drop_unused_temporaries(body), {
+        "xnumel": tiling.xnumel if tiling is not None else group.numel,
+        "ynumel": tiling.ynumel if tiling is not None else None, "rnumel": group.rnumel})
     source = "\n".join(["@dl.kernel", f"def {name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
     return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid))
 
 
 _TEMPORARY = re.compile(r"\s*(tmp\d+) = ")
+
+
+def _static_sizes_inline(lines: list[str], sizes: dict[str, Any]) -> list[str]:
+    """``lines`` with each static size among ``sizes`` (``xnumel``...: name -> value)
+    that is not a multiple of 16 written as its number. The argument stays (the
+    launcher sizes the grid from it), but the compiler then knows the number's
+    divisibility, which a runtime int gives it only when divisible by 16 (the launch
+    specialises on that, so kernels of such sizes still share one source): masks along
+    rows of 50264 elements (GPT-2's padded vocabulary) are then constant over 8 lanes,
+    and 16-bit stores 16-byte vectors."""
+    for name, size in sizes.items():
+        if size is not None and sympy.sympify(size).is_Integer and int(size) % 16:
+            pattern = re.compile(rf"\b{name}\b")
+            lines = [pattern.sub(str(int(size)), line) for line in lines]
+    return lines
 
 
 def _drop_unused_temporaries(lines: list[str]) -> list[str]:

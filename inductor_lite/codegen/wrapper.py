@@ -65,7 +65,7 @@ from typing import Any, Callable, Optional
 import sympy
 import torch
 
-from ..ir.nodes import Buffer, ComputedBuffer, MultiOutput, ReinterpretView, ScatterBuffer
+from ..ir.nodes import Buffer, ComputedBuffer, Layout, MultiOutput, ReinterpretView, ScatterBuffer
 from ..scheduler.fusion import KernelGroup
 from ..scheduler.scheduler import Scheduler
 from .kernel import KernelSource, generate_kernel, is_persistent, reduction_axis
@@ -222,7 +222,7 @@ class WrapperCodegen:
         return f"{new.name} = {view}; del {old.name}  # reuse"
 
     def _kernel_step(self, group: KernelGroup, step: int) -> None:
-        kernel = generate_kernel(group, len(self.kernels), self.scheduler.removed_buffers, self._dtype_of)
+        kernel = generate_kernel(group, len(self.kernels), self.scheduler.removed_buffers, self._layout_of)
         self.kernels.append(kernel)
         outputs = []
         for n in group.nodes:
@@ -262,7 +262,7 @@ class WrapperCodegen:
             f"grid={kernel.grid!r}" + (f", mutated={mutated!r})" if mutated else ")")
         )
         self.out.line(f"{launcher}({', '.join(args)})")
-        values = [self._dtype_of(value) if kind == "buffer" else sympy.sympify(value)
+        values = [self._layout_of(value).dtype if kind == "buffer" else sympy.sympify(value)
                   for kind, value in kernel.call_args]
         if all(isinstance(v, torch.dtype) or v.is_number for v in values):
             self.prebuild.append((launcher, tuple(v if isinstance(v, torch.dtype) else int(v) for v in values)))
@@ -328,9 +328,9 @@ class WrapperCodegen:
         self.extern_ops[name] = path
         return name
 
-    def _dtype_of(self, name: str) -> torch.dtype:
+    def _layout_of(self, name: str) -> Layout:
         buf = self.scheduler.buffers.get(name) or self.graph.graph_inputs[name]
-        return buf.layout.dtype
+        return buf.layout
 
     def _device_of(self, name: str) -> torch.device:
         buf = self.scheduler.buffers.get(name) or self.graph.graph_inputs[name]

@@ -142,6 +142,12 @@ class ReadRecorder(OpsHandler):
         self.size = tuple(size)
         self.reads: list[MemoryDep] = []
         self.index_exprs: list[Expr] = []
+        self.indirect_ranges: dict[sympy.Symbol, Expr] = {}
+
+    def indirect_indexing(self, x: Any, size: Any, check: bool = True, wrap_neg: bool = True) -> sympy.Symbol:
+        symbol = super().indirect_indexing(x, size, check, wrap_neg)
+        self.indirect_ranges[symbol] = sympy.sympify(size)
+        return symbol
 
     def load(self, name: str, index: Expr) -> None:
         dep = MemoryDep(name, sympy.expand(index), self.var_names, self.size)
@@ -163,7 +169,9 @@ class ReadWrites:
     """All accesses of one Pointwise or Reduction node, in program order, and the
     index expressions it computes with (``index_exprs``, over the same loop variables).
     ``x_vars``/``ranges`` and ``r_vars``/``reduction_ranges`` are its loop variables
-    (no r variables for a Pointwise)."""
+    (no r variables for a Pointwise); ``indirect_ranges`` maps each index symbol of a
+    loaded value (``ops.indirect_indexing``) to the size of the dimension it indexes
+    (it is in ``(-size, size)`` wherever an access uses it)."""
 
     reads: list[MemoryDep]
     writes: list[MemoryDep]
@@ -172,6 +180,7 @@ class ReadWrites:
     ranges: tuple[Expr, ...]
     r_vars: tuple[sympy.Symbol, ...] = ()
     reduction_ranges: tuple[Expr, ...] = ()
+    indirect_ranges: dict[sympy.Symbol, Expr] = dataclasses.field(default_factory=dict)
 
     def placement(self, numel: Expr, rnumel: Expr) -> Optional[Placement]:
         return kernel_vars(self.x_vars, self.ranges, self.r_vars, self.reduction_ranges, numel, rnumel)
@@ -215,4 +224,4 @@ def extract_read_writes(buffer: ComputedBuffer) -> ReadWrites:
         # it updates its target in place: ordered after the target's writer (a read there)
         recorder.load(buffer.target.name, write.index)
     return ReadWrites(recorder.reads, [write], recorder.index_exprs, tuple(x_vars), tuple(loops.ranges),
-                      tuple(r_vars), tuple(r_ranges))
+                      tuple(r_vars), tuple(r_ranges), recorder.indirect_ranges)

@@ -8,6 +8,9 @@ domain into ``ynumel * xnumel`` with ``flat = yindex * xnumel + xindex``; the ke
 runs over ``[YBLOCK, XBLOCK]`` tiles, and an access contiguous along ``yindex`` is as
 coalesced as one contiguous along ``xindex`` (the DSL gives each access a layout
 along its own contiguous axis and moves values between the two through shared memory).
+A kernel over rows that reads one value a row (a label, a normalisation's statistics)
+is tiled too, in long rows: in 1-D each element would divide its flat index by the row
+length to find its row's value.
 
 A pointwise kernel whose accesses all run contiguously along one loop variable that is
 not the innermost (a cast or an op between tensors of one permuted layout, such as
@@ -20,7 +23,8 @@ Candidates follow TorchInductor's ``candidate_tilings`` (``codegen/simd.py``): f
 each access, the loop variable with stride 1; when it is not the node's innermost
 variable, split the node's ranges right after it, so that this variable ends up in
 ``yindex``. A candidate wins when it makes more bytes coalesced (stride 1 along a tile
-axis, or 0 along ``xindex``: a broadcast value) than the 1-D kernel does; strides are
+axis, or 0 along ``xindex``: a broadcast value) than the 1-D kernel does, or as many
+with fewer accesses dividing the index per element (`choose_tiling`); strides are
 measured as TorchInductor's stride hints are, as the index's difference between
 neighbouring positions at the origin.
 """
@@ -31,6 +35,7 @@ import dataclasses
 from typing import Callable, Optional
 
 import sympy
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..ir.indexing import Expr, flat_to_vars, index_var, known_equal, product, simplify_index
 from .dependencies import FLAT, Placement
@@ -44,10 +49,15 @@ MIN_TILE_DIM = 16
 
 @dataclasses.dataclass(frozen=True)
 class Tiling:
-    """The flat domain of a pointwise kernel as ``ynumel`` rows of ``xnumel``."""
+    """The flat domain of a pointwise kernel as ``ynumel`` rows of ``xnumel``.
+    ``transposed``: some access runs contiguously along ``yindex`` (square tiles, values
+    moved between layouts through shared memory); otherwise every access runs along
+    ``xindex`` or is one value a row, and tiles are long rows
+    (`codegen.heuristics.pointwise_row_tiled`)."""
 
     ynumel: Expr
     xnumel: Expr
+    transposed: bool = False
 
     def ranges(self) -> dict[sympy.Symbol, Expr]:
         return {FLAT: self.xnumel, YFLAT: self.ynumel}
@@ -106,8 +116,26 @@ def _candidates(group) -> list[Tiling]:
     return out
 
 
-def _coalesced_bytes(group, tiling: Optional[Tiling], element_size: Callable[[str], int]) -> int:
-    total = 0
+def _is_power_of_2(n: Expr) -> bool:
+    return n.is_Integer and n > 0 and not int(n) & (int(n) - 1)
+
+
+def _divides_per_element(index: Expr) -> bool:
+    """Whether ``index`` divides ``xindex`` by a size that is not a power of two: a
+    multiply-high and more per element (a few dozen instructions for a size known only
+    at run time), where a power of two is a shift or a mask and a division of
+    ``yindex`` alone happens once a tile row."""
+    return any(FLAT in atom.free_symbols and not all(map(_is_power_of_2, atom.args[1:]))
+               for atom in index.atoms(FloorDiv, ModularIndexing))
+
+
+def _score(group, tiling: Optional[Tiling], element_size: Callable[[str], int]) -> tuple[int, int, bool]:
+    """``(coalesced bytes, -accesses dividing per element, transposed)`` of ``group``
+    tiled as ``tiling`` (None: 1-D). An access is coalesced with stride 1 along a tile
+    axis, or 0 along ``xindex`` (a broadcast value); transposed when some coalesced
+    access runs along ``yindex``."""
+    coalesced = dividing = 0
+    transposed = False
     for node in group.nodes:
         rw = node.read_writes
         placement = rw.placement(group.numel, group.rnumel)
@@ -117,14 +145,21 @@ def _coalesced_bytes(group, tiling: Optional[Tiling], element_size: Callable[[st
                 ok = _is_one_or_zero(stride_hint(index, FLAT, ()))
             else:
                 index = tiling.split(index)
-                ok = (_is_one_or_zero(stride_hint(index, FLAT, (YFLAT,)))
-                      or _is_one(stride_hint(index, YFLAT, (FLAT,))))
-            total += element_size(dep.name) if ok else 0
-    return total
+                along_x = _is_one_or_zero(stride_hint(index, FLAT, (YFLAT,)))
+                ok = along_x or _is_one(stride_hint(index, YFLAT, (FLAT,)))
+                transposed |= ok and not along_x
+            coalesced += element_size(dep.name) if ok else 0
+            dividing += _divides_per_element(index)
+    return coalesced, -dividing, transposed
 
 
 def choose_tiling(group, element_size: Callable[[str], int]) -> Optional[Tiling]:
-    """The tiling of a pointwise `KernelGroup`, or None for a 1-D kernel.
+    """The tiling of a pointwise `KernelGroup`, or None for a 1-D kernel: the form
+    that makes the most bytes coalesced, then the one whose accesses divide the index
+    per element least often; the 1-D kernel on a tie. (A kernel over rows that loads
+    each row's own values, such as a label or a normalisation's statistics, divides
+    every element's flat index by the row length in 1-D; tiled by rows, it loads them
+    once a tile row.)
 
     Args:
         group: a pointwise group (``rnumel == 1``); reductions are never tiled here
@@ -133,11 +168,11 @@ def choose_tiling(group, element_size: Callable[[str], int]) -> Optional[Tiling]
     """
     if group.is_reduction:
         return None
-    best, best_bytes = None, _coalesced_bytes(group, None, element_size)
+    best, best_score = None, _score(group, None, element_size)[:2]
     for tiling in _candidates(group):
-        score = _coalesced_bytes(group, tiling, element_size)
-        if score > best_bytes:
-            best, best_bytes = tiling, score
+        *score, transposed = _score(group, tiling, element_size)
+        if tuple(score) > best_score:
+            best, best_score = dataclasses.replace(tiling, transposed=transposed), tuple(score)
     return best
 
 
