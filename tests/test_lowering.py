@@ -6,6 +6,7 @@ on whole index grids; `run_ir` runs a lowered graph's buffers in order with it (
 torch: `_reduce`), so each lowering is compared with eager on fresh random inputs.
 """
 
+import itertools
 import operator
 
 import pytest
@@ -265,7 +266,27 @@ VIEW_CASES = {
     "channels_last": (lambda x: x.relu() + 1, [r(2, 3, 4, 5).to(memory_format=torch.channels_last)]),
     "noncontiguous_input": (lambda x: x * 2, [r(6, 8)[:, ::2]]),
     "as_strided_input": (lambda x: x.as_strided((3, 3), (1, 3), 1) + 1, [r(12)]),
+    "reshape_groups": (lambda x: (x.exp().view(2, 1, 3, 4, 5).reshape(6, 20).t() + 1,
+                                  F.pad(x.sin().reshape(6, 20), (0, 3)), x.reshape(4, 3, 10).cos()), [r(2, 3, 4, 5)]),
 }
+
+
+@pytest.mark.parametrize("old,new", [([2, 16, 5], [32, 5]), ([32, 5], [2, 16, 5]), ([2, 1, 16], [32]),
+                                     ([4, 6], [2, 12]), ([1, 4, 1, 6, 1], [24]), ([24], [1, 4, 1, 6, 1]),
+                                     ([2, 3, 4], [4, 3, 2]), ([3, 1, 4], [3, 4, 1])])
+def test_reshape_reindex_is_the_row_major_bijection(old, new):
+    """Every position of the new shape maps to the old position at the same row-major
+    offset, group by group (a kept dimension maps to itself, undivided)."""
+    from inductor_lite.fx_lowering.views import _reshape_reindex
+    from inductor_lite.ir.indexing import vars_to_flat
+    reindex = _reshape_reindex(old, new)
+    for index in itertools.product(*map(range, new)):
+        got = [int(v) for v in reindex([sympy.Integer(i) for i in index])]
+        assert all(0 <= g < n for g, n in zip(got, old)) and len(got) == len(old)
+        assert vars_to_flat(got, old) == vars_to_flat(list(index), new)
+    if old[-1] == new[-1]:
+        symbols = sympy.symbols(f"i:{len(new)}", integer=True, nonnegative=True)
+        assert reindex(list(symbols))[-1] == symbols[-1]
 
 
 @pytest.mark.parametrize("name", sorted(VIEW_CASES))

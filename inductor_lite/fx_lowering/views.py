@@ -70,10 +70,43 @@ def _lower_view(ctx, x, size):
     if [s for s in old_size if s != 1] == [s for s in new_size if s != 1]:
         return make_view(ctx, x, _unit_dims_reindex(old_size, new_size), shares_storage=shares_storage)
 
-    def reindex(index):
-        return flat_to_vars(vars_to_flat(index, new_size), old_size)
+    return make_view(ctx, x, _reshape_reindex(old_size, new_size), shares_storage=shares_storage)
 
-    return make_view(ctx, x, reindex, shares_storage=shares_storage)
+
+def _reshape_reindex(old_size, new_size):
+    """Reindex of a row-major reshape, group by group: the dimensions split where the
+    running products of both sizes meet, and each group maps through its own flat
+    index (as TorchInductor's ``View.dynamic_reshape_indexer``). A dimension kept as it
+    is maps to itself, so ``[8, 1024, 50257] -> [8192, 50257]`` never divides a column
+    by 50257, which the simplifier could not undo where the column's range is wider
+    (a padded kernel). Sizes that are not all static integers map through one flat
+    index."""
+    sizes = [as_expr(s) for s in (*old_size, *new_size)]
+    if not all(s.is_Integer and s > 0 for s in sizes):
+        return lambda index: flat_to_vars(vars_to_flat(index, new_size), old_size)
+    old, new = [int(s) for s in old_size], [int(s) for s in new_size]
+    groups = []  # (old dims, new dims) of equal product
+    i = j = start_i = start_j = 0
+    old_product = new_product = 1
+    while i < len(old) or j < len(new):
+        if j == len(new) or (i < len(old) and old_product <= new_product):
+            old_product *= old[i]
+            i += 1
+        else:
+            new_product *= new[j]
+            j += 1
+        if old_product == new_product and (i == len(old) or old[i] != 1) and (j == len(new) or new[j] != 1):
+            groups.append((range(start_i, i), range(start_j, j)))
+            start_i, start_j = i, j
+
+    def reindex(index):
+        out = []
+        for old_dims, new_dims in groups:
+            flat = vars_to_flat([index[d] for d in new_dims], [new[d] for d in new_dims])
+            out += flat_to_vars(flat, [old[d] for d in old_dims])
+        return out
+
+    return reindex
 
 
 def _unit_dims_reindex(old_size, new_size):

@@ -92,7 +92,7 @@ def flat_to_vars(flat: sympy.Symbol, ranges: Sequence[Expr]) -> list[Expr]:
         if size == 1:
             out.append(sympy.Integer(0))
         elif i == 0:
-            out.append(FloorDiv(flat, stride))
+            out.append(flat if stride == 1 else FloorDiv(flat, stride))
         else:
             out.append(ModularIndexing(flat, stride, size))
     return out
