@@ -23,6 +23,7 @@ checked before each compile) always raises: falling back would hide it.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import itertools
@@ -35,13 +36,14 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.exc import RestartAnalysis
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .codegen.wrapper import WrapperCode, generate_wrapper, load_module
 from .config import ConfigError, check_option, config
 from .counters import counters
 from .debug import dump_graph
 from .fx_lowering.decompositions import decomposition_table
-from .fx_lowering.graph import GraphLowering, graph_constants
+from .fx_lowering.graph import DONATED, GraphLowering, graph_constants
 from .fx_passes import run_joint_passes, run_passes
 from .fx_passes.common import refresh_downstream
 from .logs import log_artifact
@@ -348,8 +350,37 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
 
 def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, mode: str,
                   options: dict) -> Callable:
+    if kind == "bw" and not uses_cudagraphs(mode):
+        _mark_donated_inputs(gm)
     _adopt_input_strides(gm, example_inputs)
     return compile_graph(gm, kind, mode, options)
+
+
+def _mark_donated_inputs(gm: torch.fx.GraphModule) -> None:
+    """Flag the backward's inputs whose storage it may reuse (`fx_lowering.graph.DONATED`):
+    the saved tensors AOTAutograd donates (``fw_metadata.bw_donated_idxs``: no forward
+    input or output, user output or gradient aliases them, so nothing reads them after
+    the backward; TorchInductor's ``DonatedBuffer``), except those sharing a storage
+    with another input, which may still be read when one name dies. Under CUDA graphs
+    the saved tensors live in the forward graph's static memory: none are flagged."""
+    context = torch._guards.TracingContext.try_get()
+    donated = getattr(getattr(context, "fw_metadata", None), "bw_donated_idxs", None)
+    if not donated:
+        return
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    storages = collections.Counter(_storage(n.meta.get("val")) for n in placeholders)
+    for i in donated:
+        if i < len(placeholders):
+            storage = _storage(placeholders[i].meta.get("val"))
+            if storage is not None and storages[storage] == 1:
+                placeholders[i].meta[DONATED] = True
+
+
+def _storage(value: Any) -> Optional[StorageWeakRef]:
+    """The storage of a (fake) dense tensor, None for anything else."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return None
+    return StorageWeakRef(value.untyped_storage())
 
 
 def _adopt_input_strides(gm: torch.fx.GraphModule, example_inputs: list) -> None:

@@ -75,9 +75,9 @@ class BufferSpec:
         elements = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
         return sympy.expand(elements * self.dtype.itemsize)
 
-    def same_layout(self, other: "BufferSpec") -> bool:
-        return (self.device == other.device and self.dtype == other.dtype and len(self.size) == len(other.size)
-                and all(known_equal(a, b) for a, b in zip(self.size + self.stride, other.size + other.stride)))
+    def same_storage(self, other: "BufferSpec") -> bool:
+        """Same device, dtype and bytes of storage (the shapes may differ: a view)."""
+        return self.device == other.device and self.dtype == other.dtype and known_equal(self.nbytes(), other.nbytes())
 
 
 @dataclasses.dataclass
@@ -264,7 +264,8 @@ def _take_donor(alloc: AllocateLine, pool: dict[Expr, list[FreeIfNotReusedLine]]
 
 def _live_bytes(lines: Sequence[Line], num_steps: int, size_hint: Callable[[Expr], int]) -> list[int]:
     """Bytes held at each step by the storages the lines allocate: a storage lives from
-    the step allocating it through the step after which its last name is dropped."""
+    the step allocating it through the step after which its last name is dropped. A
+    donated input's storage counts from the step a buffer reuses it."""
     storage_of: dict[str, int] = {}
     names: list[int] = []  # per storage: how many names refer to it
     spans: list[list[int]] = []  # per storage: [first step, last step, bytes]
@@ -284,6 +285,10 @@ def _live_bytes(lines: Sequence[Line], num_steps: int, size_hint: Callable[[Expr
     for line in lines:
         if isinstance(line, (AllocateLine, ExternAllocationLine)):
             new_storage(line.buffer.name, line.step, line.buffer)
+        elif isinstance(line, ReuseLine) and line.old.name not in storage_of:  # a donated input's storage
+            new_storage(line.new.name, line.step, line.new)
+            if not line.inplace:
+                drop(line.old.name, line.step)
         elif isinstance(line, ReuseLine):
             sid = storage_of[line.old.name]
             storage_of[line.new.name] = sid
@@ -313,10 +318,12 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
     An output ``O`` may be written over an input ``D`` (TorchInductor's in-place
     buffers, ``Scheduler.decide_inplace_update``) when:
 
-    - ``D`` dies at this kernel and its storage is the wrapper's to reuse (``dying``);
-    - both have the same layout (device, dtype, sizes, strides);
-    - the kernel reads ``D`` at one kernel index, the one it writes ``O`` at, so each
-      element of ``D`` is read by the lane that overwrites it;
+    - ``D`` dies at this kernel and its storage is the wrapper's to reuse (``dying``:
+      a buffer it allocated, or a backward's donated input);
+    - both span the same storage (device, dtype, bytes; ``[1024, 32000]`` logits and
+      their ``[2, 512, 32000]`` gradient alike);
+    - the kernel reads ``D`` at one kernel index (a memory offset), the one it writes
+      ``O`` at, so each element of ``D`` is read by the lane that overwrites it;
     - every node of the group reading ``D`` is ``O``'s node or one it depends on inside
       the kernel, so the store of each element comes after every read of it;
     - the kernel makes one pass over its elements (``single_pass``: pointwise or
@@ -341,7 +348,7 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
         write = group.kernel_write(out.name, group.group, placements)
         allowed = _ancestors_in_group(nodes, out.name) | {out.name}
         for donor in dying:
-            if donor in donors.values() or not donor.same_layout(out):
+            if donor in donors.values() or not donor.same_storage(out):
                 continue
             readers = {name for name, n in nodes.items() if donor.name in n.read_names()}
             reads = group.kernel_reads(donor.name, group.group, placements)

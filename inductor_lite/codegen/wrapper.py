@@ -185,9 +185,11 @@ class WrapperCodegen:
             self.defined_symbols.add(symbol)
 
     def _reusable_buffers(self) -> set[str]:
-        """Buffers the wrapper allocates that no graph output holds, no extern output
-        may alias (a view made by an extern op goes on using its base's storage) and
-        that are not one of the two names of a scatter's storage."""
+        """Buffers whose storage the wrapper may hand on once they are dead: those it
+        allocates and a backward's donated inputs (`GraphLowering.donated_inputs`, at
+        offset 0 of their storage), except what a graph output holds, what an extern
+        output may alias (a view made by an extern op goes on using its base's storage)
+        and the two names of a scatter's storage."""
         aliased = set()
         for step in self.scheduler.steps:
             if not isinstance(step, KernelGroup) and not isinstance(step.node, MultiOutput) \
@@ -196,12 +198,14 @@ class WrapperCodegen:
         for buf in self.scheduler.buffers.values():
             if isinstance(buf, ScatterBuffer):  # two names of one storage: never handed on
                 aliased |= {buf.name, buf.target.name}
-        return {name for name, buf in self.scheduler.buffers.items()
-                if isinstance(buf, ComputedBuffer) and name not in self.scheduler.removed_buffers
-                and name not in self.scheduler.output_names and name not in aliased}
+        owned = {name for name, buf in self.scheduler.buffers.items()
+                 if isinstance(buf, ComputedBuffer) and name not in self.scheduler.removed_buffers}
+        owned |= {name for name in self.graph.donated_inputs
+                  if sympy.sympify(self.graph.graph_inputs[name].storage_offset) == 0}
+        return owned - set(self.scheduler.output_names) - aliased
 
     def _spec(self, name: str) -> BufferSpec:
-        return BufferSpec.of(name, self.scheduler.buffers[name].layout)
+        return BufferSpec.of(name, self._layout_of(name))
 
     def _allocation(self, buf: BufferSpec) -> str:
         size, stride = self._shape(buf.size), self._shape(buf.stride)

@@ -122,6 +122,11 @@ def is_dense(size: Sequence[Expr], stride: Sequence[Expr]) -> bool:
     return True
 
 
+DONATED = "inductor_lite_donated"
+"""``node.meta`` flag of a backward graph's placeholder whose storage the graph may
+reuse once the input is dead (set by the backend, `backend._mark_donated_inputs`)."""
+
+
 class GraphLowering(torch.fx.Interpreter):
     """Lowers one aten ``GraphModule`` (forward, backward or inference graph).
 
@@ -135,6 +140,8 @@ class GraphLowering(torch.fx.Interpreter):
             Python scalars or None).
         symbol_sources: how each size symbol is computed at run time.
         extern_ops: the aten op name of each extern call, in order.
+        donated_inputs: names of tensor placeholders marked `DONATED` (storage the
+            wrapper may reuse after their last reader).
     """
 
     def __init__(self, gm: torch.fx.GraphModule):
@@ -146,6 +153,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.graph_outputs: list[Any] = []
         self.symbol_sources: dict[sympy.Symbol, SymbolSource] = {}
         self.extern_ops: list[str] = []
+        self.donated_inputs: set[str] = set()
         self.current_node: Optional[torch.fx.Node] = None
         self._ids = itertools.count()
 
@@ -200,6 +208,8 @@ class GraphLowering(torch.fx.Interpreter):
             value: Any = InputBuffer(node.name, _layout_of(val), as_expr(val.storage_offset()))
             self.graph_inputs[node.name] = value
             self._add_symbol_sources(node.name, val)
+            if node.meta.get(DONATED):
+                self.donated_inputs.add(node.name)
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             value = sympy.sympify(val.node.expr)
             if isinstance(value, sympy.Symbol) and value not in self.symbol_sources:

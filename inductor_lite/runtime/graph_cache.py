@@ -9,10 +9,11 @@ warm start compiles no kernel either.
 
 The key (`graph_key`, a sha256) covers everything the generated code depends on:
 
-- the aten graph: every node's op, name, target and arguments, and its ``meta['val']``
+- the aten graph: every node's op, name, target and arguments, its ``meta['val']``
   (dtype, device, sizes, strides and storage offset, symbolic sizes as their sympy
-  expressions), which is all lowering reads from a node; the value of every tensor
-  constant; nested graph modules alike;
+  expressions) and inductor_lite's own ``meta`` flags (``inductor_lite_*``: a
+  backward's donated inputs), which is all lowering reads from a node; the value of
+  every tensor constant; nested graph modules alike;
 - the input metadata, as the placeholders' ``meta['val']`` above;
 - the config fields that can change the code (`KEY_CONFIG_FIELDS` excludes only the
   ones that cannot: logging, dump and cache locations, the fallback policy, the
@@ -182,8 +183,9 @@ def _describe_graph(gm: torch.fx.GraphModule) -> list:
             target = _describe_target(node.target) if node.op == "call_function" else str(node.target)
         else:
             target = str(node.target)
+        flags = sorted(k for k, v in node.meta.items() if k.startswith("inductor_lite_") and v)
         nodes.append([node.op, node.name, target, _describe_arg(node.args), _describe_arg(node.kwargs),
-                      _describe_value(node.meta.get("val"))])
+                      _describe_value(node.meta.get("val")), flags])
     return nodes
 
 
