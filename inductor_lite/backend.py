@@ -38,6 +38,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from . import aot_cache
 from .codegen.wrapper import WrapperCode, generate_wrapper, load_module
 from .config import ConfigError, check_option, config
 from .counters import counters
@@ -129,6 +130,7 @@ class CompiledGraph:
     Attributes:
         call: the generated ``call(args)``.
         source: the generated wrapper module source.
+        kernels, extern_ops: its kernels' names and its extern calls per aten op.
         mode, options: how it was compiled; the `RUNTIME_OPTIONS` among ``options``
             are re-applied around a call when `config` differs from them.
 
@@ -136,10 +138,13 @@ class CompiledGraph:
     when runtime options were given, a comparison of them with `config`).
     """
 
-    def __init__(self, call: Callable, eager: Callable, source: str, name: str, mode: str, options: dict):
+    def __init__(self, call: Callable, eager: Callable, source: str, name: str, mode: str, options: dict,
+                 kernels: tuple = (), extern_ops: Optional[dict] = None):
         # an instance attribute: wrappers (torch._dynamo.disable) copy __dict__, not class attributes
         self._boxed_call = True
         self.call = call
+        self.kernels = kernels
+        self.extern_ops = extern_ops or {}
         self.eager = eager
         self.source = source
         self.name = name
@@ -255,7 +260,7 @@ def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode
     for op, n in entry.extern_ops.items():
         counters["extern_calls"] += n
         counters[f"extern.{op}"] += n
-    return CompiledGraph(call, gm.forward, entry.source, name, mode, options)
+    return CompiledGraph(call, gm.forward, entry.source, name, mode, options, entry.kernels, entry.extern_ops)
 
 
 def _load_entry(entry: CachedGraph, gm: torch.fx.GraphModule) -> tuple[CachedGraph, Callable]:
@@ -317,21 +322,25 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
         raise TypeError(f"inductor_lite: unexpected backend argument(s) {sorted(kwargs)}; "
                         "expected mode= and options=")
     mode, options = check_options(mode, options)
-    compilers = {
-        kind: functools.partial(_aot_compiler, kind=kind, mode=mode, options=options)
-        for kind in ("fw", "bw", "inference")
-    }
-    backend = aot_autograd(
-        fw_compiler=compilers["fw"],
-        bw_compiler=compilers["bw"],
-        inference_compiler=compilers["inference"],
-        decompositions=decomposition_table(),
-        partition_fn=_partition,
-    )
     with config.patch(**options):
         config.validate()
+        cached = aot_cache.enabled(mode)
+        compilers = {
+            kind: functools.partial(_aot_compiler, kind=kind, mode=mode, options=options, cached=cached)
+            for kind in ("fw", "bw", "inference")
+        }
+        if cached:
+            compilers = {kind: aot_cache.serializable(compiler) for kind, compiler in compilers.items()}
+        backend = aot_autograd(
+            fw_compiler=compilers["fw"],
+            bw_compiler=compilers["bw"],
+            inference_compiler=compilers["inference"],
+            decompositions=decomposition_table(),
+            partition_fn=_partition,
+        )
         try:
-            return backend(gm, example_inputs)
+            with aot_cache.caching(mode, options):
+                return backend(gm, example_inputs)
         except (RestartAnalysis, ConfigError):
             raise
         except Exception as e:
@@ -349,11 +358,19 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
 
 
 def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, mode: str,
-                  options: dict) -> Callable:
+                  options: dict, cached: bool) -> Callable:
+    """AOTAutograd's graph compiler of ``kind``; ``cached``: return what its cache
+    stores (`aot_cache`)."""
     if kind == "bw" and not uses_cudagraphs(mode):
         _mark_donated_inputs(gm)
     _adopt_input_strides(gm, example_inputs)
-    return compile_graph(gm, kind, mode, options)
+    strides = _output_strides(gm)
+    compiled = compile_graph(gm, kind, mode, options)
+    if not cached:
+        return compiled
+    restrided = _output_strides(gm) != strides  # reported to AOTAutograd now; a load could not
+    return aot_cache.output_code(compiled, gm, bypass="graph passes changed its outputs' strides" if restrided
+                                 else None)
 
 
 def _mark_donated_inputs(gm: torch.fx.GraphModule) -> None:

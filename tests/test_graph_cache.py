@@ -34,7 +34,9 @@ def fresh(monkeypatch):
     # allocations of generated code start poisoned (NaN), so an element a loaded graph fails to write shows
     empty = runtime_helpers.empty_strided_cpu
     monkeypatch.setattr(runtime_helpers, "empty_strided_cpu", lambda *a: poison(empty(*a)))
-    with config.patch(fallback_on_error=False, disable_cache=False):
+    # AOTAutograd's cache (`aot_cache`) would answer before the graph cache: off, except where a test turns it on
+    with config.patch(fallback_on_error=False, disable_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
         yield
     torch._dynamo.reset()
 
@@ -111,9 +113,9 @@ WARM_START_SCRIPT = textwrap.dedent("""
 """)
 
 
-def run_process(script, cache_dir, *args):
+def run_process(script, cache_dir, *args, aot_cache=False):
     env = dict(os.environ, INDUCTOR_LITE_CACHE_DIR=str(cache_dir), INDUCTOR_LITE_FALLBACK_ON_ERROR="0",
-               PYTHONPATH=REPO)
+               PYTHONPATH=REPO, TORCHINDUCTOR_AUTOGRAD_CACHE="1" if aot_cache else "0")
     env.pop("INDUCTOR_LITE_DISABLE_CACHE", None)
     env.pop("INDUCTOR_LITE_DEBUG_DIR", None)
     proc = subprocess.run([sys.executable, str(script), *map(str, args)], env=env, capture_output=True, text=True,
@@ -139,6 +141,47 @@ def test_a_fresh_process_loads_every_graph_without_lowering(tmp_path, device):
         assert warm[name] == cold[name] > 0
     if device == "cuda":
         assert cold["kernels_compiled"] > 0 and "kernels_compiled" not in warm
+
+
+def test_a_fresh_process_skips_aot_autograd_too(tmp_path):
+    """With AOTAutograd's cache on (`aot_cache`), the warm process finds all three
+    graphs there: no joint-graph trace, no partition, no graph-cache lookup; values,
+    gradients and counters as cold."""
+    script = tmp_path / "warm_start.py"
+    script.write_text(WARM_START_SCRIPT)
+    versions = json.dumps(graph_cache.toolchain())
+    cold = run_process(script, tmp_path / "cache", "cold", 0, 6, versions, "cpu", aot_cache=True)
+    warm = run_process(script, tmp_path / "cache", "warm", 1, 11, versions, "cpu", aot_cache=True)
+    assert "aot_cache_hits" not in cold and warm.get("aot_cache_hits") == 3
+    assert not any(k.startswith("graph_cache") for k in warm)
+    for name in ("graphs_compiled", "kernels_generated", "extern_calls"):
+        assert warm[name] == cold[name] > 0
+    assert os.listdir(tmp_path / "cache" / "aotautograd")
+
+
+def test_aot_cache_hits_in_process_and_misses_on_a_config_change():
+    """After ``torch._dynamo.reset()`` a training graph loads from AOTAutograd's cache
+    (gradients right on fresh inputs); an option that changes code misses; a graph that
+    falls back to eager is never stored."""
+    x, w = inputs()
+
+    def train(fn, **compile_kwargs):
+        torch._dynamo.reset()
+        ww, ref = w.clone().requires_grad_(), w.clone().requires_grad_()
+        torch.compile(fn, backend="inductor_lite", **compile_kwargs)(x, ww).sum().backward()
+        fn(x, ref).sum().backward()
+        torch.testing.assert_close(ww.grad, ref.grad)
+
+    with torch._functorch.config.patch(enable_autograd_cache=True):
+        train(scaled_softmax)
+        assert counters["aot_cache_hits"] == 0 and counters["graph_cache_misses"] == 2
+        train(scaled_softmax)
+        assert counters["aot_cache_hits"] == 2 and counters["graph_cache_misses"] == 2
+        train(scaled_softmax, options={"xblock": 256})
+        assert counters["aot_cache_hits"] == 2 and counters["graph_cache_misses"] == 4
+        with config.patch(disable_cache=True):
+            train(scaled_softmax)
+        assert counters["aot_cache_hits"] == 2
 
 
 def test_same_graph_hits_and_other_shapes_or_dtypes_miss():
@@ -286,3 +329,14 @@ def test_a_graph_without_a_stable_key_bypasses_the_cache():
         graph_cache.graph_key(gm)
     assert default_graph_cache().key(gm, "graph_0_inference") is None
     assert counters["graph_cache_bypasses"] == 1
+
+
+def test_a_graph_that_runs_eagerly_is_not_stored_in_the_aot_cache(monkeypatch):
+    def fail(*args, **kwargs):
+        raise RuntimeError("lowering failed")
+
+    monkeypatch.setattr(backend_module, "_lower", fail)
+    with torch._functorch.config.patch(enable_autograd_cache=True), config.patch(fallback_on_error=True):
+        compile_and_check(scaled_softmax, *inputs())
+        compile_and_check(scaled_softmax, *inputs())
+    assert counters["aot_cache_hits"] == 0 and counters["graphs_fallback"] == 2
