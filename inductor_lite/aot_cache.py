@@ -25,10 +25,11 @@ compiler runs. This module lets that cache store our compiled graphs too:
   toolchain, with a hash of inductor_lite's sources, the config fields that change
   code, the mode, the options and the decomposition table).
 
-Not cached (``BypassAOTAutogradCache`` when saving, counted by torch under
-``aot_autograd.autograd_cache_bypass``): a graph that fell back to eager, CUDA-graph
-modes (their trees are built per process), and a forward whose graph passes changed
-its outputs' strides (`backend._report_output_strides` must run at compile time).
+A forward whose graph passes changed its outputs' strides (`fx_passes.pad_mm`) reports
+them to AOTAutograd again when loaded (`backend._report_output_strides`), as Inductor's
+loaded graphs do. Not cached (``BypassAOTAutogradCache`` when saving, counted by torch
+under ``aot_autograd.autograd_cache_bypass``): a graph that fell back to eager; CUDA-graph
+modes do not use the cache at all (their trees are built per process).
 
 Entries live under ``INDUCTOR_LITE_CACHE_DIR/aotautograd`` (AOTAutograd's directory
 is redirected while our backend runs, `_entries_in`: a compile on another thread at
@@ -73,6 +74,8 @@ class CachedOutputCode(OutputCode):
         kernels, extern_ops: the generated kernels' names and the extern calls per op
             (the counters a load replays).
         bypass: why the graph must not be cached, or None.
+        output_strides: the outputs' strides when graph passes changed them (reported
+            to AOTAutograd again on a load, as when compiling), or None.
         constants: the graph's tensor constants by wrapper name (set when saving).
         graph: the pickled aten graph, for the eager fallback (set when saving).
         gm: the aten graph while in memory.
@@ -86,6 +89,7 @@ class CachedOutputCode(OutputCode):
     kernels: tuple = ()
     extern_ops: dict = dataclasses.field(default_factory=dict)
     bypass: Optional[str] = None
+    output_strides: Optional[list] = None
     constants: dict = dataclasses.field(default_factory=dict)
     graph: Optional[bytes] = None
     gm: Optional[torch.fx.GraphModule] = None
@@ -115,6 +119,10 @@ class CachedOutputCode(OutputCode):
         eager = pickle.loads(self.graph).forward
         self.compiled = CompiledGraph(call, eager, self.source, self.name, self.mode, self.options, self.kernels,
                                       self.extern_ops)
+        if self.output_strides is not None:
+            from .backend import _report_output_strides
+
+            _report_output_strides(self.output_strides)
         counters["graphs_compiled"] += 1
         counters["aot_cache_hits"] += 1
         counters["kernels_generated"] += len(self.kernels)
@@ -181,14 +189,15 @@ def _entries_in(directory: str) -> Iterator[None]:
         AOTAutogradCache._get_tmp_dir = original
 
 
-def output_code(compiled: Callable, gm: torch.fx.GraphModule, *, bypass: Optional[str]) -> CachedOutputCode:
+def output_code(compiled: Callable, gm: torch.fx.GraphModule, output_strides: Optional[list]) -> CachedOutputCode:
     """A compiled graph as a `CachedOutputCode` (``compiled``: a `backend.CompiledGraph`,
-    or another callable when the graph runs eagerly, which is never cached)."""
+    or another callable when the graph runs eagerly, which is never cached);
+    ``output_strides``: see `CachedOutputCode`."""
     source = getattr(compiled, "source", None)
-    if source is None:
-        bypass = bypass or "the graph runs eagerly"
     return CachedOutputCode(compiled=compiled, source=source, name=getattr(compiled, "name", ""),
                             mode=getattr(compiled, "mode", "default"), options=getattr(compiled, "options", {}),
                             kernels=tuple(getattr(compiled, "kernels", ())),
-                            extern_ops=dict(getattr(compiled, "extern_ops", {})), bypass=bypass, gm=gm)
+                            extern_ops=dict(getattr(compiled, "extern_ops", {})),
+                            bypass=None if source is not None else "the graph runs eagerly",
+                            output_strides=output_strides, gm=gm)
 

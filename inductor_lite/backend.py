@@ -368,9 +368,8 @@ def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, 
     compiled = compile_graph(gm, kind, mode, options)
     if not cached:
         return compiled
-    restrided = _output_strides(gm) != strides  # reported to AOTAutograd now; a load could not
-    return aot_cache.output_code(compiled, gm, bypass="graph passes changed its outputs' strides" if restrided
-                                 else None)
+    after = _output_strides(gm)
+    return aot_cache.output_code(compiled, gm, after if after != strides else None)
 
 
 def _mark_donated_inputs(gm: torch.fx.GraphModule) -> None:

@@ -467,6 +467,13 @@ def test_pad_mm_padded_forward_result_saved_for_backward(monkeypatch, dtype):
     assert counters["pass.pad_mm"] >= 1
     for g, e in zip(got, grads(loss_fn)):
         torch.testing.assert_close(g, e, **TOL[dtype])
+    # loaded from AOTAutograd's cache, the forward reports its padded strides again
+    torch._dynamo.reset()
+    with config.patch(fallback_on_error=False):
+        got = grads(_compile(loss_fn))
+    assert counters["aot_cache_hits"] == 2
+    for g, e in zip(got, grads(loss_fn)):
+        torch.testing.assert_close(g, e, **TOL[dtype])
 
 
 def test_pad_mm_leaves_cpu_aligned_and_symbolic_gemms():

@@ -55,7 +55,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import linecache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -114,9 +114,7 @@ class _TunedLauncher:
         self.mutated = mutated
         self.device = torch.device("cuda", device)
         self.configs = configs
-        self.launchers = [bind_launcher(kernel, device, arg_kinds, c.num_warps, num_stages=c.num_stages,
-                                        maxnreg=c.maxnreg, **_constexprs(c))
-                          for c in configs]
+        self.launchers: list[Optional[Callable]] = [None] * len(configs)  # bound on first use: `_launcher`
         self.grid_axes = [tuple((i, c.kwargs[block]) for i, block in grid) for c in configs]
         per_sm = [c.kwargs.get("PROGRAMS_PER_SM", 0) for c in configs]
         sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count if any(per_sm) else 0
@@ -187,11 +185,21 @@ class _TunedLauncher:
         programs = self._programs(index, args)
         if not programs:
             return
-        bound = self.launchers[index]
+        bound = self._launcher(index)
         bound((programs, 1, 1), *args)
         if not config.interpret:
             key = tuple(a.data_ptr() & 15 == 0 if kind == "tensor" else a for kind, a in zip(self.arg_kinds, args))
             self.entries[key] = bound.loaded_kernel(args).launch_entry(programs)
+
+    def _launcher(self, index: int) -> Callable:
+        """The checked launcher of config ``index``, bound on first use: a warm start
+        launches only the decided config, and binding one generates and compiles its
+        Python launch code."""
+        if self.launchers[index] is None:
+            c = self.configs[index]
+            self.launchers[index] = bind_launcher(self.kernel, self.device.index, self.arg_kinds, c.num_warps,
+                                                  num_stages=c.num_stages, maxnreg=c.maxnreg, **_constexprs(c))
+        return self.launchers[index]
 
     def _launch_error(self, result, entry: tuple) -> driver.CudaDriverError:
         return driver.CudaDriverError(result, f"launching kernel {self.kernel.name!r} with grid ({entry[1]}, 1, 1) "
@@ -228,7 +236,7 @@ class _TunedLauncher:
 
         def run(config) -> None:
             i = position[config]
-            self.launchers[i]((self._programs(i, args), 1, 1), *scratch)
+            self._launcher(i)((self._programs(i, args), 1, 1), *scratch)
 
         def prebuild() -> None:  # every candidate's binary, in parallel, before the timing builds them one by one
             builds = [(self.kernel.specialize(scratch, _constexprs(c)), c.num_warps, c.num_stages, c.maxnreg)
