@@ -28,7 +28,8 @@ compiler runs. This module lets that cache store our compiled graphs too:
 A forward whose graph passes changed its outputs' strides (`fx_passes.pad_mm`) reports
 them to AOTAutograd again when loaded (`backend._report_output_strides`), as Inductor's
 loaded graphs do. Not cached (``BypassAOTAutogradCache`` when saving, counted by torch
-under ``aot_autograd.autograd_cache_bypass``): a graph that fell back to eager; CUDA-graph
+under ``aot_autograd.autograd_cache_bypass``): a graph that fell back to eager, a graph
+threading effect tokens (``with_effects``: loaded, AOTAutograd passes it none); CUDA-graph
 modes do not use the cache at all (their trees are built per process).
 
 Entries live under ``INDUCTOR_LITE_CACHE_DIR/aotautograd`` (AOTAutograd's directory
@@ -194,10 +195,14 @@ def output_code(compiled: Callable, gm: torch.fx.GraphModule, output_strides: Op
     or another callable when the graph runs eagerly, which is never cached);
     ``output_strides``: see `CachedOutputCode`."""
     source = getattr(compiled, "source", None)
+    bypass = None if source is not None else "the graph runs eagerly"
+    if any(node.target is torch.ops.higher_order.with_effects for node in gm.graph.nodes):
+        # a loaded graph's runtime wrappers pass it no effect token (they expect Inductor's, which unlifts them)
+        bypass = "the graph threads effect tokens (with_effects)"
     return CachedOutputCode(compiled=compiled, source=source, name=getattr(compiled, "name", ""),
                             mode=getattr(compiled, "mode", "default"), options=getattr(compiled, "options", {}),
                             kernels=tuple(getattr(compiled, "kernels", ())),
                             extern_ops=dict(getattr(compiled, "extern_ops", {})),
-                            bypass=None if source is not None else "the graph runs eagerly",
+                            bypass=bypass,
                             output_strides=output_strides, gm=gm)
 

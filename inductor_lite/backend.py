@@ -380,13 +380,15 @@ def _mark_donated_inputs(gm: torch.fx.GraphModule) -> None:
     with another input, which may still be read when one name dies. Under CUDA graphs
     the saved tensors live in the forward graph's static memory: none are flagged."""
     context = torch._guards.TracingContext.try_get()
-    donated = getattr(getattr(context, "fw_metadata", None), "bw_donated_idxs", None)
-    if not donated:
-        return
+    meta = getattr(context, "fw_metadata", None)
+    donated = getattr(meta, "bw_donated_idxs", None)
+    if not donated or meta.tokens or meta.num_backward_tokens:
+        return  # effect tokens shift the indices off the backward's placeholders (Inductor unlifts them)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    saved = len(placeholders) - len(meta.traced_tangents)  # saved values come first, then the gradients
     storages = collections.Counter(_storage(n.meta.get("val")) for n in placeholders)
     for i in donated:
-        if i < len(placeholders):
+        if i < saved:  # a saved tensor, never a gradient the caller holds
             storage = _storage(placeholders[i].meta.get("val"))
             if storage is not None and storages[storage] == 1:
                 placeholders[i].meta[DONATED] = True

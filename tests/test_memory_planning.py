@@ -389,3 +389,21 @@ def test_inplace_kernels_survive_autotuning_on_cuda(monkeypatch):
         out = torch.compile(fn, backend="inductor_lite")(x, w, v)
     assert any(line.inplace for plan, _ in plans for line in plan.reuses())
     torch.testing.assert_close(out, fn(x, w, v), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fn", [lambda a: torch.linalg.cholesky(a, upper=True),  # effect tokens in the graph
+                                lambda a: (a.softmax(-1) * 3).sin()])
+def test_the_callers_gradient_is_never_written_over(fn):
+    """Only saved tensors are donated: the gradient passed to ``backward`` (the
+    caller's tensor) keeps its values, also where effect tokens shift AOTAutograd's
+    donated indices (cholesky's error check)."""
+    a = torch.randn(6, 6)
+    a = (a @ a.t() + 6 * torch.eye(6)).requires_grad_()
+    grad = torch.randn(6, 6)
+    kept = grad.clone()
+    torch.compile(fn, backend="inductor_lite")(a).backward(grad)
+    assert torch.equal(grad, kept)
+    expected = a.grad.clone()
+    a.grad = None
+    fn(a).backward(grad)
+    torch.testing.assert_close(expected, a.grad)

@@ -130,9 +130,11 @@ def extern_ops():
     return {k[len("extern."):]: v for k, v in counters.items() if k.startswith("extern.")}
 
 
-def kernel_names(debug_dir):
+def kernel_names(debug_dir, kind="*"):
+    """The generated kernels' names in the graphs dumped under ``debug_dir`` (``kind``:
+    ``fw``, ``bw``, ``inference`` or all)."""
     names = []
-    for path in sorted(glob.glob(str(debug_dir / "graph_*" / "output_code.py"))):
+    for path in sorted(glob.glob(str(debug_dir / f"graph_*_{kind}" / "output_code.py"))):
         names += re.findall(r"^def ((?:poi|per|red)_\w+)\(", open(path).read(), re.M)
     return names
 
@@ -373,7 +375,6 @@ def test_training_backward(name, dtype, tmp_path):
     compiled = torch.compile(fn, backend="inductor_lite")
     with config.patch(debug_dir=str(tmp_path)):
         out, leaves = _run_backward(compiled, args, [True] * len(args))
-        forward_kernels = counters["kernels_generated"]
         out.backward(grad_out)
     eager_out, eager_leaves = _run_backward(fn, args, [True] * len(args))
     eager_out.backward(grad_out)
@@ -383,8 +384,8 @@ def test_training_backward(name, dtype, tmp_path):
     for i, (g, e, r) in enumerate(zip(leaves, eager_leaves, ref_leaves)):
         assert_close(g.grad, e.grad, r.grad, f"grad {i}")
     assert counters["graphs_compiled"] == 2 and counters["graphs_fallback"] == 0
-    assert forward_kernels == 1
-    assert counters["kernels_generated"] - forward_kernels == backward_kernels, kernel_names(tmp_path)
+    assert len(kernel_names(tmp_path, "fw")) == 1
+    assert len(kernel_names(tmp_path, "bw")) == backward_kernels, kernel_names(tmp_path)
     assert not extern_ops()  # no _softmax_backward_data, native_layer_norm_backward, ...
 
 

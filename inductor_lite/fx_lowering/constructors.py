@@ -74,6 +74,12 @@ def _lower_zeros(ctx, *args, **kwargs):
     return fill(ctx, 0)
 
 
+@register_lowering(aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default)
+def _lower_empty(ctx, *args, **kwargs):
+    # contents are undefined: zeros, which fuse away where a fill or a kernel overwrites them
+    return fill(ctx, 0)
+
+
 @register_lowering(aten.ones.default, aten.ones_like.default, aten.new_ones.default)
 def _lower_ones(ctx, *args, **kwargs):
     return fill(ctx, 1)
