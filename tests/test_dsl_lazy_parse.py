@@ -89,3 +89,33 @@ def test_a_disk_cache_hit_on_cuda_parses_nothing():
     load("<lazy-parse-cuda-warm>")["scale_kernel"][(8,)](x, out, 1000, XBLOCK=128)  # a fresh kernel object
     torch.testing.assert_close(out, x * 3.0)
     assert counters["cache_hits"] == hits + 1 and counters["dsl_kernels_parsed"] == 0
+
+
+def test_a_kernels_source_is_its_whole_block_and_nothing_after():
+    """The source text ends with the kernel's block, whatever its last lines are (a
+    statement over several lines, a trailing comment, a nested function, a kernel
+    nested in a function), and never takes in the lines that follow it."""
+
+    def outer():
+        @dl.kernel
+        def nested(in_ptr0, out_ptr0, XBLOCK: dl.constexpr):
+            def twice(v):
+                return v * 2
+
+            x = dl.load(in_ptr0 + dl.arange(0, XBLOCK))
+            dl.store(out_ptr0 + dl.arange(0, XBLOCK),
+                     twice(x)
+                     )
+            # a trailing comment inside the block
+
+        after = 1  # the enclosing function goes on
+        return nested, after
+
+    kernel, _ = outer()
+    lines = kernel.source.splitlines()
+    assert lines[0] == "@dl.kernel" and lines[1].startswith("def nested(")
+    assert lines[-1].strip() == "# a trailing comment inside the block"
+    assert not any("after = 1" in line for line in lines)
+    namespace = load("<lazy_parse_block_test>")
+    assert namespace["scale_kernel"].source.rstrip().endswith("dl.store(out_ptr0 + xindex, x * SCALE, mask=xmask)")
+    assert kernel.fn_def.name == "nested"  # the text parses
