@@ -26,7 +26,7 @@ compiler runs. This module lets that cache store our compiled graphs too:
   code, the mode, the options and the decomposition table).
 
 A forward whose graph passes changed its outputs' strides (`fx_passes.pad_mm`) reports
-them to AOTAutograd again when loaded (`backend._report_output_strides`), as Inductor's
+them to AOTAutograd again when loaded (`backend.report_output_strides`), as Inductor's
 loaded graphs do. Not cached (``BypassAOTAutogradCache`` when saving, counted by torch
 under ``aot_autograd.autograd_cache_bypass``): a graph that fell back to eager, a graph
 threading effect tokens (``with_effects``: loaded, AOTAutograd passes it none); CUDA-graph
@@ -121,9 +121,9 @@ class CachedOutputCode(OutputCode):
         self.compiled = CompiledGraph(call, eager, self.source, self.name, self.mode, self.options, self.kernels,
                                       self.extern_ops)
         if self.output_strides is not None:
-            from .backend import _report_output_strides
+            from .backend import report_output_strides
 
-            _report_output_strides(self.output_strides)
+            report_output_strides(self.output_strides)
         counters["graphs_compiled"] += 1
         counters["aot_cache_hits"] += 1
         counters["kernels_generated"] += len(self.kernels)
@@ -190,10 +190,9 @@ def _entries_in(directory: str) -> Iterator[None]:
         AOTAutogradCache._get_tmp_dir = original
 
 
-def output_code(compiled: Callable, gm: torch.fx.GraphModule, output_strides: Optional[list]) -> CachedOutputCode:
+def output_code(compiled: Callable, gm: torch.fx.GraphModule) -> CachedOutputCode:
     """A compiled graph as a `CachedOutputCode` (``compiled``: a `backend.CompiledGraph`,
-    or another callable when the graph runs eagerly, which is never cached);
-    ``output_strides``: see `CachedOutputCode`."""
+    or another callable when the graph runs eagerly, which is never cached)."""
     source = getattr(compiled, "source", None)
     bypass = None if source is not None else "the graph runs eagerly"
     if any(node.target is torch.ops.higher_order.with_effects for node in gm.graph.nodes):
@@ -204,5 +203,5 @@ def output_code(compiled: Callable, gm: torch.fx.GraphModule, output_strides: Op
                             kernels=tuple(getattr(compiled, "kernels", ())),
                             extern_ops=dict(getattr(compiled, "extern_ops", {})),
                             bypass=bypass,
-                            output_strides=output_strides, gm=gm)
+                            output_strides=getattr(compiled, "output_strides", None), gm=gm)
 

@@ -131,6 +131,8 @@ class CompiledGraph:
         call: the generated ``call(args)``.
         source: the generated wrapper module source.
         kernels, extern_ops: its kernels' names and its extern calls per aten op.
+        output_strides: its outputs' strides when graph passes changed them (reported
+            to AOTAutograd, `report_output_strides`), else None.
         mode, options: how it was compiled; the `RUNTIME_OPTIONS` among ``options``
             are re-applied around a call when `config` differs from them.
 
@@ -145,6 +147,7 @@ class CompiledGraph:
         self.call = call
         self.kernels = kernels
         self.extern_ops = extern_ops or {}
+        self.output_strides: Optional[list] = None
         self.eager = eager
         self.source = source
         self.name = name
@@ -204,10 +207,12 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
             _record_fallback(f"graph {name}", e)
             compiled = None
     strides_after = _output_strides(gm)
-    if strides_after != strides_before:
-        _report_output_strides(strides_after)
+    restrided = strides_after != strides_before
+    if restrided:
+        report_output_strides(strides_after)
     if compiled is None:
         return make_boxed_func(gm.forward)
+    compiled.output_strides = strides_after if restrided else None
     counters["graphs_compiled"] += 1
     if uses_cudagraphs(mode):
         with config.patch(**options):  # options may turn on the cudagraphs log
@@ -227,7 +232,7 @@ def _output_strides(gm: torch.fx.GraphModule) -> list[Optional[tuple[int, ...]]]
     return out
 
 
-def _report_output_strides(strides: list[Optional[tuple[int, ...]]]) -> None:
+def report_output_strides(strides: list[Optional[tuple[int, ...]]]) -> None:
     """Tell AOTAutograd the strides of a graph's outputs that the graph passes changed
     (`fx_passes.pad_mm` returns padded rows), as TorchInductor does
     (``TracingContext.output_strides``): AOTAutograd then compiles the backward graph
@@ -364,12 +369,8 @@ def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, 
     if kind == "bw" and not uses_cudagraphs(mode):
         _mark_donated_inputs(gm)
     _adopt_input_strides(gm, example_inputs)
-    strides = _output_strides(gm)
     compiled = compile_graph(gm, kind, mode, options)
-    if not cached:
-        return compiled
-    after = _output_strides(gm)
-    return aot_cache.output_code(compiled, gm, after if after != strides else None)
+    return aot_cache.output_code(compiled, gm) if cached else compiled
 
 
 def _mark_donated_inputs(gm: torch.fx.GraphModule) -> None:
@@ -404,7 +405,7 @@ def _storage(value: Any) -> Optional[StorageWeakRef]:
 def _adopt_input_strides(gm: torch.fx.GraphModule, example_inputs: list) -> None:
     """Give ``gm``'s placeholders the strides of ``example_inputs`` where they differ:
     AOTAutograd restrides a backward graph's saved tensors to the strides the forward
-    reported (`_report_output_strides`) in the example inputs only, and the lowering
+    reported (`report_output_strides`) in the example inputs only, and the lowering
     reads the placeholders' fake values. Downstream fake values are recomputed."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, example in zip(placeholders, example_inputs):

@@ -75,7 +75,7 @@ import torch
 from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt, ModularIndexing, RoundToInt, TruncToInt
 
 from ..config import config
-from ..ir.indexing import Expr, abs_bound, known_leq, max_value, simplify_index
+from ..ir.indexing import Expr, abs_bound, is_power_of_2, known_leq, max_value, simplify_index, storage_length
 from ..ir.nodes import Layout, Reduction, Scan, ScatterBuffer, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT, RFLAT
@@ -243,7 +243,7 @@ class KernelCodegen(OpsHandler):
         self.opaque_sizes: dict[Expr, sympy.Symbol] = {}  # float-computed size -> its kernel argument
         self.masks: list[str] = []
         self.producers: dict[str, Callable[[], CSEVar]] = {}  # full-domain nodes: recompute in a later loop
-        self.has_rmask = self.is_reduction and not (persistent and _is_power_of_2(rnumel))
+        self.has_rmask = self.is_reduction and not (persistent and is_power_of_2(rnumel))
         self._tmp_ids = itertools.count()
         self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
         self.unrounded: dict[str, CSEVar] = {}  # fp16/bf16 value -> the fp32 value it rounds
@@ -401,8 +401,7 @@ class KernelCodegen(OpsHandler):
                 known_leq(0, stride) for stride in layout.stride):
             return False
         top = max_value(index, self.ranges)
-        last = sum((size - 1) * stride for size, stride in zip(layout.size, layout.stride))
-        return top is not None and known_leq(top, last)
+        return top is not None and known_leq(top + 1, storage_length(layout.size, layout.stride))
 
     def store(self, name: str, index: Expr, value: CSEVar, keep: bool, scope: Optional[_Scope] = None) -> None:
         """Record ``value`` as element ``index`` of ``name``; write it to memory if ``keep``."""
@@ -870,11 +869,6 @@ def _result_dtypes(reduction_type: str, dtype: torch.dtype) -> tuple[torch.dtype
     if reduction_type in ("any", "all"):
         return (torch.bool,)
     return (dtype,)
-
-
-def _is_power_of_2(n: Expr) -> bool:
-    n = sympy.sympify(n)
-    return n.is_number and int(n) > 0 and int(n) & (int(n) - 1) == 0
 
 
 def kernel_name(group: KernelGroup, index: int, persistent: bool) -> str:

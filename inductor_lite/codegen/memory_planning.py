@@ -44,7 +44,7 @@ from typing import Callable, Optional, Sequence, Union
 import sympy
 import torch
 
-from ..ir.indexing import Expr, known_equal
+from ..ir.indexing import Expr, known_equal, storage_length
 from ..ir.nodes import Layout
 
 REUSE_SLACK = 0.05
@@ -70,10 +70,7 @@ class BufferSpec:
     def nbytes(self) -> Expr:
         """Bytes of storage the layout spans (TorchInductor's ``compute_required_storage_length``
         times the element size)."""
-        if any(sympy.sympify(s) == 0 for s in self.size):
-            return sympy.Integer(0)
-        elements = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
-        return sympy.expand(elements * self.dtype.itemsize)
+        return sympy.expand(storage_length(self.size, self.stride) * self.dtype.itemsize)
 
     def same_storage(self, other: "BufferSpec") -> bool:
         """Same device, dtype and bytes of storage (the shapes may differ: a view)."""
@@ -285,14 +282,13 @@ def _live_bytes(lines: Sequence[Line], num_steps: int, size_hint: Callable[[Expr
     for line in lines:
         if isinstance(line, (AllocateLine, ExternAllocationLine)):
             new_storage(line.buffer.name, line.step, line.buffer)
-        elif isinstance(line, ReuseLine) and line.old.name not in storage_of:  # a donated input's storage
-            new_storage(line.new.name, line.step, line.new)
-            if not line.inplace:
-                drop(line.old.name, line.step)
         elif isinstance(line, ReuseLine):
-            sid = storage_of[line.old.name]
-            storage_of[line.new.name] = sid
-            names[sid] += 1
+            sid = storage_of.get(line.old.name)
+            if sid is None:  # a donated input's storage: counted from here
+                new_storage(line.new.name, line.step, line.new)
+            else:
+                storage_of[line.new.name] = sid
+                names[sid] += 1
             if not line.inplace:
                 drop(line.old.name, line.step)
         elif isinstance(line, FreeIfNotReusedLine) and not line.is_reused:

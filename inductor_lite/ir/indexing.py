@@ -64,6 +64,20 @@ def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
     return list(reversed(strides))
 
 
+def is_power_of_2(n: Expr) -> bool:
+    """Whether ``n`` is a number that is a positive power of two (a symbol is not)."""
+    n = sympy.sympify(n)
+    return n.is_number and int(n) > 0 and int(n) & (int(n) - 1) == 0
+
+
+def storage_length(size: Sequence[Expr], stride: Sequence[Expr]) -> Expr:
+    """Elements a strided layout spans from its first element to its last, inclusive
+    (TorchInductor's ``compute_required_storage_length``); 0 without elements."""
+    if any(sympy.sympify(s) == 0 for s in size):
+        return sympy.Integer(0)
+    return sympy.expand(1 + sum((s - 1) * st for s, st in zip(size, stride)))
+
+
 def known_leq(a: Expr, b: Expr) -> bool:
     """True when ``a <= b`` is provable (size symbols are positive integers)."""
     diff = sympy.expand(as_expr(b) - as_expr(a))

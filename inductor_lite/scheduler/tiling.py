@@ -37,7 +37,7 @@ from typing import Callable, Optional
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from ..ir.indexing import Expr, flat_to_vars, index_var, known_equal, product, simplify_index
+from ..ir.indexing import Expr, flat_to_vars, index_var, is_power_of_2, known_equal, product, simplify_index
 from .dependencies import FLAT, Placement
 
 YFLAT = index_var("yindex")
@@ -116,16 +116,12 @@ def _candidates(group) -> list[Tiling]:
     return out
 
 
-def _is_power_of_2(n: Expr) -> bool:
-    return n.is_Integer and n > 0 and not int(n) & (int(n) - 1)
-
-
 def _divides_per_element(index: Expr) -> bool:
     """Whether ``index`` divides ``xindex`` by a size that is not a power of two: a
     multiply-high and more per element (a few dozen instructions for a size known only
     at run time), where a power of two is a shift or a mask and a division of
     ``yindex`` alone happens once a tile row."""
-    return any(FLAT in atom.free_symbols and not all(map(_is_power_of_2, atom.args[1:]))
+    return any(FLAT in atom.free_symbols and not all(map(is_power_of_2, atom.args[1:]))
                for atom in index.atoms(FloorDiv, ModularIndexing))
 
 
