@@ -43,6 +43,10 @@ emulate_precision_  INDUCTOR_LITE_EMULATE_PRECISION_ 1: round every fp16/bf16 in
 casts               CASTS                            inside a kernel as eager does; 0
                                                      (default): keep it in fp32, rounding
                                                      only what is stored (as TorchInductor)
+mix_order_          INDUCTOR_LITE_MIX_ORDER_         1 (default): a column sum over the rows
+reduction           REDUCTION                        a row reduction reads (LayerNorm's
+                                                     weight gradient) is computed in that
+                                                     row kernel's pass; 0: a kernel of its own
 ==================  ===============================  =======================================
 """
 
@@ -138,6 +142,7 @@ _KNOBS = {
     "autotune": _Knob("INDUCTOR_LITE_AUTOTUNE", bool, _parse_bool),
     "compile_workers": _Knob("INDUCTOR_LITE_COMPILE_WORKERS", int, _parse_int, _non_negative),
     "emulate_precision_casts": _Knob("INDUCTOR_LITE_EMULATE_PRECISION_CASTS", bool, _parse_bool),
+    "mix_order_reduction": _Knob("INDUCTOR_LITE_MIX_ORDER_REDUCTION", bool, _parse_bool),
 }
 """Each knob's variable, type, parser and range check; the keys are `Config`'s fields."""
 
@@ -182,6 +187,7 @@ class Config:
     autotune: bool = True
     compile_workers: int = dataclasses.field(default_factory=_default_compile_workers)
     emulate_precision_casts: bool = False
+    mix_order_reduction: bool = True
 
     def __post_init__(self):
         # variable=value: problem, per bad environment variable (not a knob: no dataclass field)

@@ -254,8 +254,9 @@ def test_row_reduction(name, dtype, cols, tmp_path, unsplit):
 def test_division_by_a_row_value(cols, tmp_path, unsplit):
     """Dividing by a per-row value (multiplied by its reciprocal in the kernel) keeps
     IEEE division's zeros, infinities and NaNs: rows summing to 0 (0/0, +-x/0), a row
-    with an infinity (x/inf, inf/inf), a row of zeros, and ordinary rows."""
-    x = torch.randn(6, cols)
+    with an infinity (x/inf, inf/inf), a row of zeros, and ordinary rows (positive, so
+    that no row sum cancels to near 0: a quotient by it would be ill-conditioned)."""
+    x = torch.rand(6, cols) + 0.5
     x[0, :] = 0.0
     x[1, :] = 0.0
     x[1, 0], x[1, 1], x[1, 2] = 3.0, -3.0, 0.5
@@ -387,6 +388,45 @@ def test_training_backward(name, dtype, tmp_path):
     assert len(kernel_names(tmp_path, "fw")) == 1
     assert len(kernel_names(tmp_path, "bw")) == backward_kernels, kernel_names(tmp_path)
     assert not extern_ops()  # no _softmax_backward_data, native_layer_norm_backward, ...
+
+
+@pytest.fixture
+def mix_order_small(monkeypatch):
+    """Mix-order fusion for shapes small enough for the interpreter (the real limits
+    keep it for inputs of 5M elements and up)."""
+    from inductor_lite.fx_lowering import reductions
+    monkeypatch.setattr(reductions, "MIX_ORDER_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(reductions, "MIX_ORDER_MIN_ROWS", 64)
+
+
+@pytest.mark.parametrize("shape", [(200, 48), (4, 50, 48)], ids=["2d", "3d"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
+def test_weight_gradients_are_summed_in_the_row_kernel(name, dtype, shape, tmp_path, mix_order_small):
+    """Mix-order fusion: the norm's weight (and bias) gradients, column sums over the
+    rows, are computed in pieces of 32 rows by the kernel computing the input gradient
+    (one pass over the rows; 200 rows leave a last piece of 8), then one small kernel
+    per gradient adds the pieces. Poisoned buffers catch a piece never stored."""
+    cols = shape[-1]
+    fns = {
+        "layer_norm": (lambda x, w, b: F.layer_norm(x, (cols,), w, b), [shape, (cols,), (cols,)]),
+        "rms_norm": (lambda x, w: F.rms_norm(x, (cols,), w), [shape, (cols,)]),
+    }
+    fn, shapes = fns[name]
+    args = [randn(*s, dtype=dtype) for s in shapes]
+    grad_out = randn(*shape, dtype=dtype)
+    with config.patch(debug_dir=str(tmp_path)):
+        out, leaves = _run_backward(torch.compile(fn, backend="inductor_lite"), args, [True] * len(args))
+        out.backward(grad_out)
+    eager_out, eager_leaves = _run_backward(fn, args, [True] * len(args))
+    eager_out.backward(grad_out)
+    ref_out, ref_leaves = _run_backward(fn, [_to_fp64(a) for a in args], [True] * len(args))
+    ref_out.backward(_to_fp64(grad_out))
+    for i, (g, e, r) in enumerate(zip(leaves, eager_leaves, ref_leaves)):
+        assert_close(g.grad, e.grad, r.grad, f"grad {i}")
+    # the row kernel, then one kernel adding each weight gradient's pieces
+    assert len(kernel_names(tmp_path, "bw")) == len(args), kernel_names(tmp_path, "bw")
+    assert not extern_ops()
 
 
 # ---------------------------------------------------------------------------- dynamic shapes

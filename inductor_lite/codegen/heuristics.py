@@ -20,7 +20,10 @@ which reach 86-100% of copy bandwidth on H100 and H200 (see `docs/performance.md
   values a thread), half inputs twice the elements a thread;
 - looped reductions: 4096-element chunks over 8 warps, one row a program;
 - outer reductions (the reduced dimension is not the contiguous one; ``reduction
-  axis 0``): tiles of 64 contiguous outputs by 8 to 64 reduced elements, 4 or 8 warps.
+  axis 0``): tiles of 64 contiguous outputs by 8 to 64 reduced elements, 4 or 8 warps;
+  with few outputs, also 8 or 16 outputs by 128 or 256 reduced elements;
+- mix-order reductions: the persistent ones, with ``XBLOCK`` dividing the rows a
+  program sums for its column partials.
 """
 
 from __future__ import annotations
@@ -216,6 +219,25 @@ def persistent_reduction(numel, rnumel: int, element_size: int) -> list[Config]:
     return _unique([default] + options)
 
 
+def mix_order_reduction(numel, rnumel: int, rows_per_program: int, element_size: int) -> list[Config]:
+    """Candidates of a mix-order kernel (persistent rows of ``rnumel``, ``numel`` rows,
+    ``rows_per_program`` rows a program): `persistent_reduction`'s one-pass configs with
+    ``RSPLIT = rows_per_program`` and ``XBLOCK`` dividing it (a program's rows are one
+    column partial's piece), ``XBLOCK`` halved until each column accumulator tile takes
+    at most 16 registers a thread."""
+    out = []
+    for c in persistent_reduction(numel, rnumel, element_size):
+        blocks = c.kwargs
+        if "PROGRAMS_PER_SM" in blocks:
+            continue
+        xblock, rblock = blocks["XBLOCK"], blocks["RBLOCK"]
+        while xblock > 1 and (rows_per_program % xblock or xblock * rblock > 16 * 32 * c.num_warps):
+            xblock //= 2
+        out.append(Config.of(c.num_warps, c.num_stages, c.maxnreg, XBLOCK=xblock, RBLOCK=rblock,
+                             RSPLIT=rows_per_program))
+    return _unique(out)
+
+
 def _streamed_rows(rblock: int, element_size: int) -> list[Config]:
     """Streamed launches of a persistent reduction's grid-stride loop over rows of
     ``rblock``: 1 or 2 programs an SM of 8 to 32 warps (8 to 32 fp32 or 8 to 64 half
@@ -234,6 +256,11 @@ def _streamed_rows(rblock: int, element_size: int) -> list[Config]:
     return options
 
 
+FEW_OUTPUTS = 16384
+"""An outer reduction with fewer outputs than this runs under 256 tiles of 64 outputs:
+fewer than two programs an SM of an H100 or H200 (132 SMs)."""
+
+
 def reduction(numel, rnumel, element_size: int, reduction_axis: int = 1) -> list[Config]:
     """Candidates of a looped reduction: ``reduction_axis == 1`` (rows contiguous): one
     row a program in chunks of ``RBLOCK``; ``reduction_axis == 0`` (outer reduction,
@@ -250,7 +277,12 @@ def reduction(numel, rnumel, element_size: int, reduction_axis: int = 1) -> list
         return Config.of(warps, XBLOCK=xblock, RBLOCK=rblock)
 
     if reduction_axis == 0:
-        return _unique([make(64, 32, 8), make(64, 8, 4), make(32, 64, 8), make(128, 16, 8), make(64, 64, 8)])
+        configs = [make(64, 32, 8), make(64, 8, 4), make(32, 64, 8), make(128, 16, 8), make(64, 64, 8)]
+        if n is not None and n < FEW_OUTPUTS:
+            # few tiles of 64: narrower ones spread the rows over more SMs (a split
+            # reduction's final stage: 1024 outputs over 1024 partial rows)
+            configs += [make(16, 128, 4), make(8, 256, 4), make(16, 256, 8)]
+        return _unique(configs)
     return _unique([make(1, 4096, 8), make(1, 2048, 8), make(1, 1024, 4), make(1, 4096, 16), make(2, 2048, 8)])
 
 

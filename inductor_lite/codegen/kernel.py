@@ -26,6 +26,13 @@ contiguous in memory, so that the tile's contiguous axis is the memory's):
   current loop starts a new loop; a row value computed in an earlier loop is
   recomputed from its inputs (as TorchInductor's looped reductions re-read the row).
 
+A *mix-order* group (`scheduler.fusion`) is persistent, with column reductions too:
+program ``pid`` loops over its ``RSPLIT`` rows (``Config`` entry; the grid is
+``cdiv(xnumel, RSPLIT)`` programs), reducing each row as above and adding the row's
+values into an ``[XBLOCK, RBLOCK]`` accumulator per column sum; after the loop it
+reduces the accumulators across rows and stores its partial sums, row ``pid`` of the
+partials buffer (`KernelCodegen.column_sum`).
+
 A scan (`ir.nodes.Scan`) makes a group of ``(N, R)`` too, always persistent along the
 tile's second axis: its values are scanned by one ``dl.associative_scan`` of
 ``[XBLOCK, RBLOCK]`` tiles, its combine function a ``def combineN`` at the top of the
@@ -84,6 +91,9 @@ from ..scheduler.tiling import YFLAT, Tiling, choose_tiling, memory_order_placem
 from . import heuristics
 from .heuristics import Config
 from .printer import kexpr
+
+PROGRAM = sympy.Symbol("pid", integer=True, nonnegative=True)
+"""The program id in a mix-order kernel's index expressions (its column partials' row)."""
 
 INT32_INDEX_LIMIT = 2 ** 31 - 2 ** 20
 """Index values up to this use int32 math; the margin covers a last block's lanes past xnumel."""
@@ -247,6 +257,9 @@ class KernelCodegen(OpsHandler):
         self._tmp_ids = itertools.count()
         self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
         self.unrounded: dict[str, CSEVar] = {}  # fp16/bf16 value -> the fp32 value it rounds
+        # mix-order kernels: lines before and after a program's loop over its rows
+        self.row_prologue: list[str] = []
+        self.row_epilogue: list[str] = []
         # The tile symbols each named value varies along (its block's non-unit axes), as
         # TorchInductor's CSE variables track their mask_vars: a load through a loaded
         # index needs only the masks of that index's own axes.
@@ -574,6 +587,25 @@ class KernelCodegen(OpsHandler):
         loop.pending.append(lambda: outer.lines.append(
             f"{results[0]} = {_DSL_REDUCE[reduction_type]}({acc}, {axis}, keep_dims=True)"))
         return results
+
+    def column_sum(self, name: str, index: Expr, value: CSEVar, dtype: torch.dtype) -> None:
+        """Sum ``value`` over the rows of this program (a mix-order kernel's column
+        reduction) and store the ``[1, RBLOCK]`` partial at ``index`` of ``name``, an
+        index over `PROGRAM` and `RFLAT`: an accumulator tile before the loop over the
+        program's rows, one add an iteration, one reduction across the tile's rows after."""
+        value = self._typed(value)
+        acc = CSEVar(f"acc{next(self._tmp_ids)}", value.dtype)
+        self.row_prologue.append(f"{acc} = dl.full([XBLOCK, RBLOCK], 0, {dsl_dtype(value.dtype)})")
+        self.scope.lines.append(f"{acc} = dl.where(xmask, {acc} + {value}, {acc})")
+        total = f"tmp{next(self._tmp_ids)}"
+        self.row_epilogue.append(f"{total} = dl.sum({acc}, 0, keep_dims=True)")
+        if dtype != value.dtype:
+            self.row_epilogue.append(f"{total} = {total}.to({dsl_dtype(dtype)})")
+        ptr = self.out_ptrs.setdefault(name, f"out_ptr{len(self.out_ptrs)}")
+        offset = self.simplify(index)
+        self.size_symbols |= offset.free_symbols - self.tile_symbols - {PROGRAM}
+        mask = ", mask=rmask" if self.has_rmask else ""
+        self.row_epilogue.append(f"dl.store({ptr} + ({kexpr(offset)}), {total}{mask})")
 
     # ------------------------------------------------------------------ scans
 
@@ -932,6 +964,8 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     index_dtype = torch.int64 if needs_int64(group) else torch.int32
     axis = reduction_axis(group) if group.is_reduction else 1
     persistent = is_persistent(group, axis)
+    if group.rows_per_program is not None and not persistent:
+        raise NotImplementedError(f"mix-order group {group.names}: its rows are not reduced in registers")
     in_memory_order = memory_order_placements(group, lambda name: name not in removed)
     # a scatter's stores follow its source's layout, not a tile's
     tiling = (None if group.has_scatter() or in_memory_order
@@ -990,16 +1024,26 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
         constexprs = ["XBLOCK"]
         configs = heuristics.pointwise(group.numel, element_size, config.xblock, config.num_warps)
     elif persistent:
-        # rows in a grid-stride loop: one pass a program for a full grid, several for a
-        # streamed launch (Config PROGRAMS_PER_SM), whose loads num_stages pipelines
         body.append("rindex = dl.arange(0, RBLOCK)[None, :]")
         if cg.has_rmask:
             body.append("rmask = rindex < rnumel")
-        body.append(f"for xoffset in range({pid} * XBLOCK, xnumel, dl.num_programs(0) * XBLOCK):")
         row = ["xindex = xoffset + dl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel"]
-        body += [f"    {line}" for line in row + cg.index_lines + cg.body.lines]
         constexprs = ["XBLOCK", "RBLOCK"]
-        configs = heuristics.persistent_reduction(group.numel, int(group.rnumel), element_size)
+        if group.rows_per_program is not None:
+            # mix-order: each program reduces its RSPLIT rows, then stores its column partials
+            body += [f"pid = {pid}"] + cg.row_prologue
+            body.append("for xoffset in range(pid * RSPLIT, pid * RSPLIT + RSPLIT, XBLOCK):")
+            body += [f"    {line}" for line in row + cg.index_lines + cg.body.lines] + cg.row_epilogue
+            constexprs.append("RSPLIT")
+            grid[0] = (grid[0][0], "RSPLIT")
+            configs = heuristics.mix_order_reduction(group.numel, int(group.rnumel), group.rows_per_program,
+                                                     element_size)
+        else:
+            # rows in a grid-stride loop: one pass a program for a full grid, several for a
+            # streamed launch (Config PROGRAMS_PER_SM), whose loads num_stages pipelines
+            body.append(f"for xoffset in range({pid} * XBLOCK, xnumel, dl.num_programs(0) * XBLOCK):")
+            body += [f"    {line}" for line in row + cg.index_lines + cg.body.lines]
+            configs = heuristics.persistent_reduction(group.numel, int(group.rnumel), element_size)
     else:
         x_axis, r_axis = ("[:, None]", "[None, :]") if axis == 1 else ("[None, :]", "[:, None]")
         body += [f"xindex = {pid} * XBLOCK + dl.arange(0, XBLOCK){x_axis}", "xmask = xindex < xnumel",
@@ -1069,6 +1113,10 @@ def _codegen_node(cg: KernelCodegen, node, placement, keep: bool) -> None:
     if isinstance(buffer, ScatterBuffer):
         value = cg.to_dtype(compute(), dtype)
         cg.scatter(buffer.name, buffer.store_index(x_index), value, loops.mode)
+        return
+    if placement.role == "column":  # a piece of loops.split_origin's sum, this program's rows
+        value = loops.split_origin.inner_fn(x_index, r_index)
+        cg.column_sum(buffer.name, buffer.store_index([PROGRAM] + x_index), value, dtype)
         return
     store_index = buffer.store_index(x_index, r_index)
     if isinstance(loops, Reduction) and not cg.persistent:

@@ -191,6 +191,23 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> Any:
     return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
 
 
+@dataclasses.dataclass(frozen=True)
+class SplitOrigin:
+    """The reduction whose piece a split reduction's partial computes (`Reduction.split_origin`).
+
+    ``inner_fn(index, rindex)`` gives the values of the unsplit reduction over its kept
+    ``ranges`` and reduced ``reduction_ranges``; partial row ``s`` reduces the flat
+    reduced positions ``[s * chunk, (s + 1) * chunk)``. The scheduler reads it to
+    place the partial in a kernel over the reduced positions' rows (mix-order fusion,
+    `scheduler.fusion`).
+    """
+
+    inner_fn: Callable[[Sequence[Expr], Sequence[Expr]], Any]
+    ranges: tuple[Expr, ...]
+    reduction_ranges: tuple[Expr, ...]
+    chunk: int
+
+
 @dataclasses.dataclass
 class Reduction(Loops):
     """``out[index] = reduce(inner_fn(index, rindex) for rindex in reduction_ranges)``.
@@ -201,13 +218,16 @@ class Reduction(Loops):
     argmax/argmin). A ``welford_reduce`` is one reduction with three results: the
     lowering realizes one buffer per `WELFORD_OUTPUTS` entry, each a copy of the node
     differing only in ``output_index``; the scheduler always fuses them and codegen
-    computes the reduction once for all three.
+    computes the reduction once for all three. ``split_origin``: on the first stage of
+    a split reduction the scheduler may fuse with a row reduction, the reduction it is a
+    piece of.
     """
 
     reduction_ranges: list[Expr] = dataclasses.field(default_factory=list)
     reduction_type: str = "sum"
     src_dtype: Optional[torch.dtype] = None
     output_index: int = 0
+    split_origin: Optional[SplitOrigin] = None
 
     def __post_init__(self):
         if self.reduction_type not in REDUCTION_TYPES:

@@ -16,7 +16,12 @@ reduction size (1 for a Pointwise). A kernel of group ``(N, R)`` runs ``xindex``
   a consumer of its rows): its variables from the flat position ``xindex * R +
   rindex``, split at a dimension boundary where the sizes allow;
 - a Pointwise of ``N`` elements (an *x-only* node: an epilogue such as ``mean``'s
-  division): its variables from ``xindex``.
+  division): its variables from ``xindex``;
+- a *column* reduction (`column_read_writes`: the first stage of a split outer sum,
+  seen as the unsplit sum it is a piece of, `ir.nodes.SplitOrigin`) of ``R`` outputs
+  over ``N`` rows: its reduced variables from ``xindex``, its output variables from
+  ``rindex``. It reduces across the kernel's rows while the kernel's own reductions
+  run along them (TorchInductor's mix-order reductions).
 
 `MemoryDep.kernel_index` is the access under that placement, simplified: two nodes of
 one kernel touch the same element at the same ``(xindex, rindex)`` exactly when their
@@ -33,8 +38,9 @@ import functools
 from typing import Any, Optional, Sequence
 
 import sympy
+from torch.utils._sympy.functions import FloorDiv
 
-from ..ir.indexing import Expr, flat_to_vars, index_var, known_equal, product, simplify_index
+from ..ir.indexing import Expr, contiguous_strides, flat_to_vars, index_var, known_equal, product, simplify_index
 from ..ir.nodes import ComputedBuffer, Reduction, Scan, ScatterBuffer
 from ..ir.ops import OpsHandler, set_ops_handler
 
@@ -87,7 +93,8 @@ class StarDep:
 class Placement:
     """A node's loop variables ``vars`` as expressions ``exprs`` of `FLAT`/`RFLAT` in a
     kernel, and its role there: ``reduction``, ``full`` (Pointwise over the whole
-    ``numel * rnumel`` domain) or ``x`` (Pointwise over the x domain only)."""
+    ``numel * rnumel`` domain), ``x`` (Pointwise over the x domain only) or ``column``
+    (a reduction across the kernel's rows)."""
 
     vars: tuple[sympy.Symbol, ...]
     exprs: tuple[Expr, ...]
@@ -181,8 +188,14 @@ class ReadWrites:
     r_vars: tuple[sympy.Symbol, ...] = ()
     reduction_ranges: tuple[Expr, ...] = ()
     indirect_ranges: dict[sympy.Symbol, Expr] = dataclasses.field(default_factory=dict)
+    column: bool = False
 
     def placement(self, numel: Expr, rnumel: Expr) -> Optional[Placement]:
+        if self.column:  # reduced rows along xindex, outputs along rindex
+            if not (known_equal(product(self.reduction_ranges), numel) and known_equal(product(self.ranges), rnumel)):
+                return None
+            exprs = flat_to_vars(RFLAT, self.ranges) + flat_to_vars(FLAT, self.reduction_ranges)
+            return Placement(self.x_vars + self.r_vars, tuple(exprs), "column")
         return kernel_vars(self.x_vars, self.ranges, self.r_vars, self.reduction_ranges, numel, rnumel)
 
     def read_names(self) -> set[str]:
@@ -225,3 +238,25 @@ def extract_read_writes(buffer: ComputedBuffer) -> ReadWrites:
         recorder.load(buffer.target.name, write.index)
     return ReadWrites(recorder.reads, [write], recorder.index_exprs, tuple(x_vars), tuple(loops.ranges),
                       tuple(r_vars), tuple(r_ranges), recorder.indirect_ranges)
+
+
+def column_read_writes(buffer: ComputedBuffer) -> Optional[ReadWrites]:
+    """The accesses of a split reduction's partial ``buffer`` seen as the unsplit
+    reduction it is a piece of (``column`` ReadWrites: loop variables of its
+    `ir.nodes.SplitOrigin`, outputs ``x_vars``, reduced rows ``r_vars``), or None when
+    the lowering recorded no origin. Its write is the partial of its row's piece:
+    ``partial[flat_row // chunk, outputs]``."""
+    loops = buffer.data
+    origin = loops.split_origin if isinstance(loops, Reduction) else None
+    if origin is None:
+        return None
+    x_vars = [index_var(f"c{d}") for d in range(len(origin.ranges))]
+    r_vars = [index_var(f"q{d}") for d in range(len(origin.reduction_ranges))]
+    recorder = ReadRecorder(x_vars + r_vars, list(origin.ranges) + list(origin.reduction_ranges))
+    with set_ops_handler(recorder):
+        origin.inner_fn(x_vars, r_vars)
+    row = sum(v * stride for v, stride in zip(r_vars, contiguous_strides(origin.reduction_ranges)))
+    write = MemoryDep(buffer.name, sympy.expand(buffer.store_index([FloorDiv(row, origin.chunk)] + x_vars)),
+                      tuple(x_vars + r_vars), tuple(origin.ranges) + tuple(origin.reduction_ranges))
+    return ReadWrites(recorder.reads, [write], recorder.index_exprs, tuple(x_vars), tuple(origin.ranges),
+                      tuple(r_vars), tuple(origin.reduction_ranges), recorder.indirect_ranges, column=True)

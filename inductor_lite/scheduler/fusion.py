@@ -19,6 +19,14 @@ Two groups may fuse when (`fusion_blocker` returns None):
 - neither holds a scatter (`ir.nodes.ScatterBuffer`): it runs alone, after the
   kernel writing its target's initial values and before any reader of the result.
 
+*Mix-order fusion* (TorchInductor's ``MixOrderReduction``): a group of split-sum
+partials whose lowering recorded their origin (a column sum such as LayerNorm's weight
+gradient) joins a row-reduction group ``(N, R)`` over the same rows as *column*
+reductions (`SchedulerNode.column`, group ``(N, R)`` too). The kernel then makes one
+pass over the rows for both: each program reduces its rows persistently
+(``R`` static, at most `MIX_ORDER_MAX_RNUMEL`, every read contiguous along the row) and
+sums its `KernelGroup.rows_per_program` rows for the column partials.
+
 Candidates are producer/consumer pairs and siblings reading a buffer at the same
 kernel index; the score is the memory traffic saved (`fusion_score`). `fuse_groups`
 fuses greedily, best score first, until nothing changes (TorchInductor's scheme); the
@@ -28,17 +36,20 @@ fuses greedily, best score first, until nothing changes (TorchInductor's scheme)
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 import networkx as nx
 import sympy
 
 from ..ir.indexing import Expr, known_equal
 from ..ir.nodes import ScatterBuffer
-from .dependencies import Placement
+from .dependencies import FLAT, RFLAT, Placement
+from .tiling import stride_hint
 
 MAX_SIBLING_READERS = 32
 """Buffers read by more groups than this are not used to pair siblings (quadratic)."""
+MIX_ORDER_MAX_RNUMEL = 16384
+"""The longest row a mix-order kernel keeps in registers (TorchInductor's limit)."""
 
 Group = tuple[Expr, Expr]
 
@@ -51,12 +62,15 @@ class KernelGroup:
         numel, rnumel: the group: x domain and reduction sizes (sympy; rnumel 1 for a
             pointwise kernel).
         order: the smallest original position (for a stable schedule).
+        rows_per_program: for a mix-order group (with column reductions), the rows
+            each program reduces (a column partial's piece); else None.
     """
 
-    def __init__(self, nodes: list, group: Optional[Group] = None):
+    def __init__(self, nodes: list, group: Optional[Group] = None, rows_per_program: Optional[int] = None):
         self.nodes = sorted(nodes, key=lambda n: n.order)
         self.numel, self.rnumel = group if group is not None else self.nodes[0].group
         self.order = self.nodes[0].order
+        self.rows_per_program = rows_per_program
 
     @property
     def group(self) -> Group:
@@ -126,6 +140,51 @@ def merged_group(a: KernelGroup, b: KernelGroup) -> Optional[Group]:
     return a.group if known_equal(a.numel, b.numel) else None
 
 
+def _column_form(g: KernelGroup, row: KernelGroup) -> Optional[KernelGroup]:
+    """``g``'s nodes as column reductions in a kernel of ``row``'s group (mix-order),
+    or None when ``g`` is not all split-sum partials of ``row``'s rows in pieces of one size."""
+    if g.rows_per_program is not None or not row.is_reduction or any(n.column is None for n in g.nodes):
+        return None
+    chunks = {n.node.data.split_origin.chunk for n in g.nodes}
+    if len(chunks) != 1 or row.rows_per_program not in (None, *chunks):
+        return None
+    if not all(known_equal(n.column.group[0], row.numel) and known_equal(n.column.group[1], row.rnumel)
+               for n in g.nodes):
+        return None
+    return KernelGroup([n.column for n in g.nodes], row.group, chunks.pop())
+
+
+def _as_fused(a: KernelGroup, b: KernelGroup) -> tuple[KernelGroup, KernelGroup, Optional[Group]]:
+    """``a`` and ``b`` as one kernel would compute them (column forms for mix-order
+    fusion), and that kernel's group (None when the groups disagree)."""
+    group = merged_group(a, b)
+    if group is not None:
+        return a, b, group
+    column = _column_form(b, a)
+    if column is not None:
+        return a, column, a.group
+    column = _column_form(a, b)
+    if column is not None:
+        return column, b, b.group
+    return a, b, None
+
+
+def _mix_order_blocker(groups: Sequence[KernelGroup], group: Group) -> Optional[str]:
+    """Why a mix-order kernel of ``group`` cannot compute ``groups``, or None."""
+    rnumel = sympy.sympify(group[1])
+    if not (rnumel.is_number and int(rnumel) <= MIX_ORDER_MAX_RNUMEL):
+        return f"mix-order: rows of {rnumel} elements are not kept in registers"
+    written = set().union(*(g.writes() for g in groups))
+    for g in groups:
+        for n in g.nodes:
+            placement = n.read_writes.placement(*group)
+            for dep in n.read_writes.reads:
+                if dep.name not in written and stride_hint(dep.kernel_index(placement, *group), RFLAT,
+                                                           (FLAT,)) not in (0, 1):
+                    return f"mix-order: {dep.name} is not read along its rows"
+    return None
+
+
 def _lines_up(producer: KernelGroup, consumer: KernelGroup, group: Group, placements: dict) -> bool:
     for name in producer.writes() & consumer.reads():
         write = producer.kernel_write(name, group, placements)
@@ -144,7 +203,8 @@ def _creates_cycle(graph: nx.DiGraph, a, b) -> bool:
 
 
 def _describe(g: KernelGroup) -> str:
-    return f"({g.numel}, {g.rnumel})"
+    mix = f", mix-order: {g.rows_per_program} rows a program" if g.rows_per_program is not None else ""
+    return f"({g.numel}, {g.rnumel}{mix})"
 
 
 def fusion_blocker(graph: nx.DiGraph, a: KernelGroup, b: KernelGroup) -> Optional[str]:
@@ -161,9 +221,13 @@ def _group_blocker(a: KernelGroup, b: KernelGroup) -> Optional[str]:
         # its stores land anywhere in its target: they must follow every write of the
         # target's initial values and precede every read of the result, grid-wide
         return "a scatter runs in a kernel of its own"
-    group = merged_group(a, b)
+    a, b, group = _as_fused(a, b)
     if group is None:
         return f"groups differ: {_describe(a)} vs {_describe(b)}"
+    if a.rows_per_program is not None or b.rows_per_program is not None:
+        blocker = _mix_order_blocker((a, b), group)
+        if blocker is not None:
+            return blocker
     placements = {}
     for g in (a, b):
         placed = g.placements(group)
@@ -182,7 +246,7 @@ def fusion_score(a: KernelGroup, b: KernelGroup, sizes: Callable[[str], Expr]) -
     nobody else needs it, which is not known here); a buffer both read at the same
     kernel index saves one read. ``sizes(name)`` gives a buffer's element count.
     """
-    group = merged_group(a, b)
+    a, b, group = _as_fused(a, b)
     if group is None:
         return 0
     placements = {}
@@ -231,7 +295,9 @@ def _candidate_pairs(graph: nx.DiGraph, groups: list[KernelGroup]) -> Iterable[t
 
 
 def _merge(graph: nx.DiGraph, a: KernelGroup, b: KernelGroup) -> KernelGroup:
-    fused = KernelGroup(a.nodes + b.nodes, merged_group(a, b))
+    fused_a, fused_b, group = _as_fused(a, b)
+    fused = KernelGroup(fused_a.nodes + fused_b.nodes, group,
+                        fused_a.rows_per_program or fused_b.rows_per_program)
     preds = (set(graph.predecessors(a)) | set(graph.predecessors(b))) - {a, b}
     succs = (set(graph.successors(a)) | set(graph.successors(b))) - {a, b}
     graph.remove_nodes_from([a, b])
@@ -274,4 +340,29 @@ def fuse_groups(graph: nx.DiGraph, sizes: Callable[[str], Expr], log: Callable[[
             fused_any = True
             log(f"fused {a.names} + {b.names} into group {_describe(fused)} (saves ~{score} bytes)")
         if not fused_any:
-            return
+            break
+    _use_column_forms(graph, log)
+
+
+def _use_column_forms(graph: nx.DiGraph, log: Callable[[str], None]) -> None:
+    """Give each group of split-sum partials that fused with no row kernel its column
+    form too: a program sums its piece's rows, read whole and contiguous, where the
+    partials' own group ``(pieces * outputs, rows a piece)`` would read tiles of few
+    rows (32 rows of 64 outputs: 4 KB a program in bf16)."""
+    for g in [n for n in graph.nodes if isinstance(n, KernelGroup)]:
+        if g.rows_per_program is not None or any(n.column is None for n in g.nodes):
+            continue
+        groups = {n.column.group for n in g.nodes}
+        chunks = {n.node.data.split_origin.chunk for n in g.nodes}
+        if len(groups) != 1 or len(chunks) != 1:
+            continue
+        column = KernelGroup([n.column for n in g.nodes], groups.pop(), chunks.pop())
+        blocker = _mix_order_blocker((column,), column.group)
+        if blocker is not None:
+            log(f"{g.names} keep their split form: {blocker}")
+            continue
+        graph.add_node(column)
+        graph.add_edges_from((p, column) for p in graph.predecessors(g))
+        graph.add_edges_from((column, s) for s in graph.successors(g))
+        graph.remove_node(g)
+        log(f"{g.names} run in column form, group {_describe(column)}")

@@ -16,7 +16,8 @@ Steps:
 
 from __future__ import annotations
 
-from typing import Union
+import copy
+from typing import Optional, Union
 
 import networkx as nx
 import sympy
@@ -26,7 +27,7 @@ from ..ir.nodes import (
     Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, Scan, format_node, iter_ir_leaves, underlying_buffer,
 )
 from ..logs import log_artifact
-from .dependencies import ReadWrites, StarDep, extract_read_writes
+from .dependencies import ReadWrites, StarDep, column_read_writes, extract_read_writes
 from .fusion import KernelGroup, fuse_groups
 
 
@@ -34,7 +35,10 @@ class SchedulerNode:
     """A Pointwise, Reduction or Scan `ComputedBuffer` with its dependencies.
 
     ``order`` is its position in the lowered graph; ``group`` is ``(numel, rnumel)``:
-    its x domain size and its reduction (or scan) size (1 for a Pointwise).
+    its x domain size and its reduction (or scan) size (1 for a Pointwise). ``column``:
+    for the partial of a split sum whose lowering recorded its origin, the same node
+    seen as that unsplit sum (`dependencies.column_read_writes`; group ``(rows,
+    outputs)``), which a row kernel over those rows can compute; else None.
     """
 
     def __init__(self, buffer: ComputedBuffer, order: int):
@@ -45,6 +49,12 @@ class SchedulerNode:
         data = buffer.data
         rnumel = data.get_reduction_numel() if isinstance(data, (Reduction, Scan)) else sympy.Integer(1)
         self.group: tuple[Expr, Expr] = (product(data.ranges), rnumel)
+        self.column: Optional[SchedulerNode] = None
+        column = column_read_writes(buffer)
+        if column is not None:
+            self.column = copy.copy(self)
+            self.column.read_writes = column
+            self.column.group = (product(column.reduction_ranges), product(column.ranges))
 
     @property
     def is_reduction(self) -> bool:
