@@ -394,18 +394,18 @@ def test_training_backward(name, dtype, tmp_path):
 def mix_order_small(monkeypatch):
     """Mix-order fusion for shapes small enough for the interpreter (the real limits
     keep it for inputs of 5M elements and up)."""
-    from inductor_lite.fx_lowering import reductions
-    monkeypatch.setattr(reductions, "MIX_ORDER_MIN_ELEMENTS", 1)
-    monkeypatch.setattr(reductions, "MIX_ORDER_MIN_ROWS", 64)
+    from inductor_lite.scheduler import mix_order
+    monkeypatch.setattr(mix_order, "MIX_ORDER_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(mix_order, "MIX_ORDER_MIN_ROWS", 64)
 
 
-@pytest.mark.parametrize("shape", [(200, 48), (4, 50, 48)], ids=["2d", "3d"])
+@pytest.mark.parametrize("shape", [(1000, 48), (5, 200, 48)], ids=["2d", "3d"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
 def test_weight_gradients_are_summed_in_the_row_kernel(name, dtype, shape, tmp_path, mix_order_small):
     """Mix-order fusion: the norm's weight (and bias) gradients, column sums over the
     rows, are computed in pieces of 32 rows by the kernel computing the input gradient
-    (one pass over the rows; 200 rows leave a last piece of 8), then one small kernel
+    (one pass over the rows; 1000 rows leave a last piece of 8), then one small kernel
     per gradient adds the pieces. Poisoned buffers catch a piece never stored."""
     cols = shape[-1]
     fns = {
@@ -427,6 +427,14 @@ def test_weight_gradients_are_summed_in_the_row_kernel(name, dtype, shape, tmp_p
     # the row kernel, then one kernel adding each weight gradient's pieces
     assert len(kernel_names(tmp_path, "bw")) == len(args), kernel_names(tmp_path, "bw")
     assert not extern_ops()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_a_column_sum_without_a_row_kernel_keeps_its_split(dtype, tmp_path, mix_order_small):
+    """A column sum of a mix-order shape that no row reduction shares its rows with
+    keeps the lowering's few long pieces (a looped outer reduction), not pieces of rows."""
+    names, _ = run_compiled(lambda x: (x * 2).sum(0), randn(1000, 48, dtype=dtype), tmp_path=tmp_path)
+    assert len(names) == 2 and names[0].startswith("red_"), names
 
 
 # ---------------------------------------------------------------------------- dynamic shapes

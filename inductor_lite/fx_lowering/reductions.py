@@ -23,23 +23,21 @@ the decompositions (`decompositions.py`).
 would run on a handful of programs. `split_factor` then splits each row into ``S``
 pieces: a first reduction over ``numel * S`` rows of ``ceil(rnumel / S)``, a second
 over the ``S`` partials (TorchInductor's split reductions, ``ir.py``, do the same).
-An outer sum shaped like a LayerNorm weight gradient (`mix_order_rows`) splits into
-pieces of `MIX_ORDER_ROWS` rows instead, and its partial records the unsplit sum
-(`ir.nodes.SplitOrigin`), so that the scheduler can compute the pieces in the row
-kernel that reads the same rows (mix-order fusion).
+The partial records the reduction it splits (`ir.nodes.SplitOrigin`): the scheduler
+may split a column sum again, into pieces of rows that a row kernel over the same rows
+computes in its pass (`scheduler.mix_order`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Sequence
+from typing import Sequence
 
 import sympy
 import torch
 
-from ..config import config
-from ..ir.indexing import Expr, as_expr, flat_to_vars, product
+from ..ir.indexing import Expr, as_expr, product
 from ..ir.nodes import Pointwise, Reduction, SplitOrigin, StorageBox, reduction_identity
 from ..ir.ops import ops
 from .lowerings import NoLowering, cast, const, lazy_origins, register_lowering
@@ -61,20 +59,6 @@ OUTER_SPLIT_TARGET = 65536
 """A split outer reduction aims at about this many partial outputs (about 1024 tiles of 64)."""
 OUTER_SPLIT_MIN_CHUNK = 128
 """Each partial of an outer reduction keeps at least this many reduced elements."""
-MIX_ORDER_ROWS = 32
-"""An outer sum that a row reduction over the same rows may fuse with
-(`mix_order_rows`) is split into pieces of this many rows: the fused kernel runs one
-program a piece (1024 programs over 32768 rows). Each piece writes 4 bytes a column
-for 32 rows read: 1/32 of an fp32 input's bytes, 1/16 of a 16-bit one's."""
-MIX_ORDER_MIN_ELEMENTS = 5 * 2 ** 20
-"""Mix-order candidates read at least this many elements: below it the inputs stay in
-L2 between two kernels, and one pass gains little (TorchInductor's threshold,
-``MixOrderReduction.can_fuse``)."""
-MIX_ORDER_MIN_ROWS = 4096
-MIX_ORDER_MAX_COLS = 16384
-"""Mix-order candidates have at least `MIX_ORDER_MIN_ROWS` rows, twice as many rows as
-columns, and at most this many columns (a row the fused kernel keeps in registers);
-TorchInductor's limits too."""
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """fp32 for fp16/bf16, int64 for integer and bool sums, else ``dtype``."""
@@ -92,23 +76,6 @@ def _reduced_dims(rank: int, dims) -> list[int]:
         dims = [dims]
     out = sorted({d % max(rank, 1) for d in dims})
     return [d for d in out if d < rank]
-
-
-def mix_order_rows(numel: Expr, rnumel: Expr, outer: bool) -> Optional[int]:
-    """Rows a piece when an outer reduction of ``rnumel`` rows into ``numel`` outputs
-    is split for mix-order fusion (`MIX_ORDER_ROWS`), or None when its shape is not a
-    candidate (static sizes within the `MIX_ORDER_MIN_ELEMENTS`, `MIX_ORDER_MIN_ROWS`
-    and `MIX_ORDER_MAX_COLS` limits). LayerNorm's weight and bias gradients are such
-    column sums, over the rows its input gradient reduces. ``config.mix_order_reduction``
-    False: None."""
-    numel, rnumel = sympy.sympify(numel), sympy.sympify(rnumel)
-    if not (config.mix_order_reduction and outer and numel.is_number and rnumel.is_number):
-        return None
-    cols, rows = int(numel), int(rnumel)
-    if (rows * cols >= MIX_ORDER_MIN_ELEMENTS and rows >= max(MIX_ORDER_MIN_ROWS, 2 * cols)
-            and cols <= MIX_ORDER_MAX_COLS):
-        return MIX_ORDER_ROWS
-    return None
 
 
 def split_factor(numel: Expr, rnumel: Expr, outer: bool) -> int:
@@ -191,43 +158,27 @@ class ReductionBuilder:
     def reduce(self, reduction_type: str, out_dtype: torch.dtype, hint=None) -> StorageBox:
         """A realized reduction of every input value (split when `split_factor` says)."""
         numel = product(self.out_size)
-        mix_rows = mix_order_rows(numel, self.rnumel, self.outer) if reduction_type == "sum" else None
-        if mix_rows is not None:
-            split = math.ceil(int(self.rnumel) / mix_rows)
-        elif reduction_type in ("sum", "prod", "max", "min", "any", "all"):
-            split = split_factor(numel, self.rnumel, self.outer)
-        else:
-            split = 1
+        split = split_factor(numel, self.rnumel, self.outer) if reduction_type in ("sum", "prod", "max", "min", "any",
+                                                                        "all") else 1
         device = self.ctx.device
         if split == 1:
             loops = Reduction(ranges=list(self.out_size), inner_fn=self.value, dtype=out_dtype, device=device,
                               origins=self._origins(), reduction_ranges=list(self.reduction_ranges),
                               reduction_type=reduction_type, src_dtype=self.src_dtype)
             return self._realize(loops, hint)
-        rnumel = int(self.rnumel)
-        chunk = mix_rows or math.ceil(rnumel / split)
-        ranges = list(self.reduction_ranges)
-        identity = reduction_identity(reduction_type, self.src_dtype)
-
+        origin = SplitOrigin(self.value, tuple(self.out_size), tuple(self.reduction_ranges),
+                             math.ceil(int(self.rnumel) / split), reduction_identity(reduction_type, self.src_dtype))
         # the split dimension goes first, so an outer reduction's partials stay contiguous
-        def partial_fn(index, rindex):
-            flat = index[0] * chunk + rindex[0]
-            inner = lambda: self.value(index[1:], flat_to_vars(flat, ranges))  # noqa: E731
-            if split * chunk == rnumel:
-                return inner()
-            return ops.masked(ops.lt(ops.index_expr(flat, torch.int64), const(rnumel, torch.int64)), inner, identity)
-
-        origin = None if mix_rows is None else SplitOrigin(self.value, tuple(self.out_size), tuple(ranges), chunk)
-        partial = Reduction(ranges=[sympy.Integer(split)] + list(self.out_size), inner_fn=partial_fn,
+        pieces = sympy.Integer(origin.pieces)  # at most split: ceil(9 / ceil(9 / 4)) is 3
+        partial = Reduction(ranges=[pieces] + list(self.out_size), inner_fn=origin.partial_fn(),
                             dtype=self.src_dtype, device=device, origins=self._origins(),
-                            reduction_ranges=[sympy.Integer(chunk)], reduction_type=reduction_type,
+                            reduction_ranges=[sympy.Integer(origin.chunk)], reduction_type=reduction_type,
                             src_dtype=self.src_dtype, split_origin=origin)
         partial_box = self._realize(partial, None)
         load = partial_box.make_loader()
         final = Reduction(ranges=list(self.out_size), inner_fn=lambda index, rindex: load([rindex[0]] + list(index)),
                           dtype=out_dtype, device=device, origins=self._origins(),
-                          reduction_ranges=[sympy.Integer(split)], reduction_type=reduction_type,
-                          src_dtype=self.src_dtype)
+                          reduction_ranges=[pieces], reduction_type=reduction_type, src_dtype=self.src_dtype)
         return self._realize(final, hint)
 
     def welford(self) -> tuple[StorageBox, StorageBox]:

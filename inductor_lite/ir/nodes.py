@@ -31,7 +31,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from .indexing import Expr, as_expr, contiguous_strides, index_var, product
+from .indexing import Expr, as_expr, contiguous_strides, flat_to_vars, index_var, product
 from .ops import OpsHandler, ops, set_ops_handler
 
 InnerFn = Callable[[Sequence[Expr]], Any]
@@ -193,19 +193,41 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class SplitOrigin:
-    """The reduction whose piece a split reduction's partial computes (`Reduction.split_origin`).
+    """The reduction a split reduction's first stage computes pieces of (`Reduction.split_origin`).
 
     ``inner_fn(index, rindex)`` gives the values of the unsplit reduction over its kept
-    ``ranges`` and reduced ``reduction_ranges``; partial row ``s`` reduces the flat
-    reduced positions ``[s * chunk, (s + 1) * chunk)``. The scheduler reads it to
-    place the partial in a kernel over the reduced positions' rows (mix-order fusion,
-    `scheduler.fusion`).
+    ``ranges`` and reduced ``reduction_ranges``; piece ``s`` (the partial's first
+    dimension) reduces the flat reduced positions ``[s * chunk, (s + 1) * chunk)``, the
+    positions past the end counting as ``identity``. ``mix_order``: the scheduler split
+    it into pieces of rows for a kernel that also reduces along those rows
+    (`resplit_reduction`; `scheduler.mix_order`).
     """
 
     inner_fn: Callable[[Sequence[Expr], Sequence[Expr]], Any]
     ranges: tuple[Expr, ...]
     reduction_ranges: tuple[Expr, ...]
     chunk: int
+    identity: Any
+    mix_order: bool = False
+
+    @property
+    def pieces(self) -> int:
+        return -(-int(product(self.reduction_ranges)) // self.chunk)
+
+    def partial_fn(self) -> Callable[[Sequence[Expr], Sequence[Expr]], Any]:
+        """The first stage's ``inner_fn``: over ``[pieces] + ranges`` and ``[chunk]``."""
+        rnumel, chunk, ranges = int(product(self.reduction_ranges)), self.chunk, list(self.reduction_ranges)
+        exact = self.pieces * chunk == rnumel
+
+        def partial_fn(index, rindex):
+            flat = index[0] * chunk + rindex[0]
+            inner = lambda: self.inner_fn(index[1:], flat_to_vars(flat, ranges))  # noqa: E731
+            if exact:
+                return inner()
+            in_range = ops.lt(ops.index_expr(flat, torch.int64), ops.constant(rnumel, torch.int64))
+            return ops.masked(in_range, inner, self.identity)
+
+        return partial_fn
 
 
 @dataclasses.dataclass
@@ -344,6 +366,30 @@ class ComputedBuffer(Buffer):
         if isinstance(self.data, Scan):
             return self.layout.index(self.data.output_index_of(index, rindex))
         return self.layout.index(index)
+
+
+def resplit_reduction(partial: "ComputedBuffer", final: "ComputedBuffer", chunk: int, mix_order: bool) -> None:
+    """Rebuild a split reduction's two stages in place with pieces of ``chunk`` reduced
+    positions: the first stage's ranges, ``inner_fn`` and layout, the second's reduced
+    range. The second stage reads the first through its layout, whose strides do not
+    depend on the number of pieces, so only the size changes (in place, as its loader
+    holds the layout).
+
+    Raises:
+        ValueError: ``partial`` records no `SplitOrigin`, or ``final`` does not reduce
+            over its pieces.
+    """
+    data = partial.data
+    origin = data.split_origin if isinstance(data, Reduction) else None
+    if origin is None or not (isinstance(final.data, Reduction) and len(final.data.reduction_ranges) == 1
+                              and final.data.reduction_ranges[0] == data.ranges[0]):
+        raise ValueError(f"{partial.name}, {final.name} are not the two stages of a split reduction")
+    origin = dataclasses.replace(origin, chunk=chunk, mix_order=mix_order)
+    pieces = sympy.Integer(origin.pieces)
+    partial.data = dataclasses.replace(data, ranges=[pieces] + list(data.ranges[1:]), inner_fn=origin.partial_fn(),
+                                       reduction_ranges=[sympy.Integer(chunk)], split_origin=origin)
+    partial.layout.size = [pieces] + list(partial.layout.size[1:])
+    final.data = dataclasses.replace(final.data, reduction_ranges=[pieces])
 
 
 SCATTER_MODES = (None, "atomic_add")

@@ -241,10 +241,10 @@ def extract_read_writes(buffer: ComputedBuffer) -> ReadWrites:
 
 
 def column_read_writes(buffer: ComputedBuffer) -> Optional[ReadWrites]:
-    """The accesses of a split reduction's partial ``buffer`` seen as the unsplit
-    reduction it is a piece of (``column`` ReadWrites: loop variables of its
+    """The accesses of a split reduction's first stage ``buffer`` seen as the unsplit
+    reduction it computes pieces of (``column`` ReadWrites: loop variables of its
     `ir.nodes.SplitOrigin`, outputs ``x_vars``, reduced rows ``r_vars``), or None when
-    the lowering recorded no origin. Its write is the partial of its row's piece:
+    it records no origin. Its write is the partial of its row's piece:
     ``partial[flat_row // chunk, outputs]``."""
     loops = buffer.data
     origin = loops.split_origin if isinstance(loops, Reduction) else None

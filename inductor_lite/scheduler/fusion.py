@@ -19,18 +19,13 @@ Two groups may fuse when (`fusion_blocker` returns None):
 - neither holds a scatter (`ir.nodes.ScatterBuffer`): it runs alone, after the
   kernel writing its target's initial values and before any reader of the result.
 
-*Mix-order fusion* (TorchInductor's ``MixOrderReduction``): a group of split-sum
-partials whose lowering recorded their origin (a column sum such as LayerNorm's weight
+*Mix-order fusion* (TorchInductor's ``MixOrderReduction``): a group of first stages
+of split sums in pieces of rows (`mix_order`: a column sum such as LayerNorm's weight
 gradient) joins a row-reduction group ``(N, R)`` over the same rows as *column*
 reductions (`SchedulerNode.column`, group ``(N, R)`` too). The kernel then makes one
-pass over the rows for both: each program reduces its rows persistently
-(``R`` static, at most `MIX_ORDER_MAX_RNUMEL`, every read contiguous along the row) and
-sums its `KernelGroup.rows_per_program` rows for the column partials.
-
-Candidates are producer/consumer pairs and siblings reading a buffer at the same
-kernel index; the score is the memory traffic saved (`fusion_score`). `fuse_groups`
-fuses greedily, best score first, until nothing changes (TorchInductor's scheme); the
-``fusion`` log artifact says why each candidate pair fused or did not.
+pass over the rows for both: each program reduces its rows persistently (``R``
+static, at most `mix_order.MIX_ORDER_MAX_COLS`, every read contiguous along the row)
+and sums its `KernelGroup.rows_per_program` rows for the column partials.
 """
 
 from __future__ import annotations
@@ -44,12 +39,11 @@ import sympy
 from ..ir.indexing import Expr, known_equal
 from ..ir.nodes import ScatterBuffer
 from .dependencies import FLAT, RFLAT, Placement
+from .mix_order import MIX_ORDER_MAX_COLS
 from .tiling import stride_hint
 
 MAX_SIBLING_READERS = 32
 """Buffers read by more groups than this are not used to pair siblings (quadratic)."""
-MIX_ORDER_MAX_RNUMEL = 16384
-"""The longest row a mix-order kernel keeps in registers (TorchInductor's limit)."""
 
 Group = tuple[Expr, Expr]
 
@@ -172,7 +166,7 @@ def _as_fused(a: KernelGroup, b: KernelGroup) -> tuple[KernelGroup, KernelGroup,
 def _mix_order_blocker(groups: Sequence[KernelGroup], group: Group) -> Optional[str]:
     """Why a mix-order kernel of ``group`` cannot compute ``groups``, or None."""
     rnumel = sympy.sympify(group[1])
-    if not (rnumel.is_number and int(rnumel) <= MIX_ORDER_MAX_RNUMEL):
+    if not (rnumel.is_number and int(rnumel) <= MIX_ORDER_MAX_COLS):
         return f"mix-order: rows of {rnumel} elements are not kept in registers"
     written = set().union(*(g.writes() for g in groups))
     for g in groups:
@@ -345,10 +339,10 @@ def fuse_groups(graph: nx.DiGraph, sizes: Callable[[str], Expr], log: Callable[[
 
 
 def _use_column_forms(graph: nx.DiGraph, log: Callable[[str], None]) -> None:
-    """Give each group of split-sum partials that fused with no row kernel its column
-    form too: a program sums its piece's rows, read whole and contiguous, where the
-    partials' own group ``(pieces * outputs, rows a piece)`` would read tiles of few
-    rows (32 rows of 64 outputs: 4 KB a program in bf16)."""
+    """Give each group of split sums in pieces of rows (`mix_order`) that fused with no
+    row kernel its column form too: a program sums its piece's rows, read whole and
+    contiguous, where their own group ``(pieces * outputs, rows a piece)`` would read
+    tiles of few rows (32 rows of 64 outputs: 4 KB a program in bf16)."""
     for g in [n for n in graph.nodes if isinstance(n, KernelGroup)]:
         if g.rows_per_program is not None or any(n.column is None for n in g.nodes):
             continue

@@ -6,7 +6,9 @@ Steps:
    Reduction `ComputedBuffer` (reads/writes as `MemoryDep`s over its x and r
    variables, a group ``(numel, rnumel)``), `ExternSchedulerNode` for an
    `ExternKernel` or `MultiOutput` (whole-buffer `StarDep` reads);
-2. dead nodes (pure, unread, not outputs) are dropped;
+2. dead nodes (pure, unread, not outputs) are dropped; split column sums that a row
+   reduction over the same rows can compute are split into pieces of rows
+   (`mix_order`);
 3. a networkx DAG (edge ``u -> v``: ``v`` reads what ``u`` writes) over kernel groups
    and externs; `fusion.fuse_groups` fuses groups;
 4. the schedule is a topological order that keeps the graph's order where free;
@@ -24,10 +26,12 @@ import sympy
 
 from ..ir.indexing import Expr, product
 from ..ir.nodes import (
-    Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, Scan, format_node, iter_ir_leaves, underlying_buffer,
+    Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, Scan, format_node, iter_ir_leaves, resplit_reduction,
+    underlying_buffer,
 )
 from ..logs import log_artifact
 from .dependencies import ReadWrites, StarDep, column_read_writes, extract_read_writes
+from . import mix_order
 from .fusion import KernelGroup, fuse_groups
 
 
@@ -36,8 +40,8 @@ class SchedulerNode:
 
     ``order`` is its position in the lowered graph; ``group`` is ``(numel, rnumel)``:
     its x domain size and its reduction (or scan) size (1 for a Pointwise). ``column``:
-    for the partial of a split sum whose lowering recorded its origin, the same node
-    seen as that unsplit sum (`dependencies.column_read_writes`; group ``(rows,
+    for the first stage of a split sum in pieces of rows (`mix_order`), the same node
+    seen as the unsplit sum (`dependencies.column_read_writes`; group ``(rows,
     outputs)``), which a row kernel over those rows can compute; else None.
     """
 
@@ -50,8 +54,9 @@ class SchedulerNode:
         rnumel = data.get_reduction_numel() if isinstance(data, (Reduction, Scan)) else sympy.Integer(1)
         self.group: tuple[Expr, Expr] = (product(data.ranges), rnumel)
         self.column: Optional[SchedulerNode] = None
-        column = column_read_writes(buffer)
-        if column is not None:
+        origin = data.split_origin if isinstance(data, Reduction) else None
+        if origin is not None and origin.mix_order:
+            column = column_read_writes(buffer)
             self.column = copy.copy(self)
             self.column.read_writes = column
             self.column.group = (product(column.reduction_ranges), product(column.ranges))
@@ -119,7 +124,7 @@ class Scheduler:
                 nodes.append(ExternSchedulerNode(buffer, order))
             else:
                 raise TypeError(f"cannot schedule {type(buffer).__name__} {buffer.name}")
-        self.nodes = self._dead_code_elimination(nodes)
+        self.nodes = self._split_for_mix_order(self._dead_code_elimination(nodes))
         self.pre_fusion_text = "\n\n".join(format_node(n.node) for n in self.nodes)
         self.dag = self._build_graph()
         fuse_groups(self.dag, self._numel_of, lambda msg: log_artifact("fusion", msg))
@@ -142,6 +147,15 @@ class Scheduler:
             if len(alive) == len(nodes):
                 return nodes
             nodes = alive
+
+    def _split_for_mix_order(self, nodes: list) -> list:
+        """``nodes`` with each split sum `mix_order.plan` picks split again into pieces
+        of `mix_order.MIX_ORDER_ROWS` rows (both stages' nodes rebuilt)."""
+        pairs = mix_order.plan(nodes)
+        for partial, final in pairs:
+            resplit_reduction(partial.node, final.node, mix_order.MIX_ORDER_ROWS, mix_order=True)
+        rebuilt = {n.name for pair in pairs for n in pair}
+        return [SchedulerNode(n.node, n.order) if n.name in rebuilt else n for n in nodes]
 
     def _build_graph(self) -> nx.DiGraph:
         dag = nx.DiGraph()
