@@ -399,14 +399,17 @@ def mix_order_small(monkeypatch):
     monkeypatch.setattr(mix_order, "MIX_ORDER_MIN_ROWS", 64)
 
 
-@pytest.mark.parametrize("shape", [(1000, 48), (5, 200, 48)], ids=["2d", "3d"])
+@pytest.mark.parametrize("mix_order", [True, False], ids=["mix", "nomix"])
+@pytest.mark.parametrize("shape", [(1000, 48), (5, 200, 48), (1000, 32)], ids=["2d", "3d", "32cols"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
-def test_weight_gradients_are_summed_in_the_row_kernel(name, dtype, shape, tmp_path, mix_order_small):
+def test_weight_gradients_are_summed_in_the_row_kernel(name, dtype, shape, mix_order, tmp_path, mix_order_small):
     """Mix-order fusion: the norm's weight (and bias) gradients, column sums over the
     rows, are computed in pieces of 32 rows by the kernel computing the input gradient
     (one pass over the rows; 1000 rows leave a last piece of 8), then one small kernel
-    per gradient adds the pieces. Poisoned buffers catch a piece never stored."""
+    per gradient adds the pieces; ``mix_order_reduction`` off, they are a kernel of
+    their own (split, then added up). Poisoned buffers catch a piece never stored. Rows
+    of 32 make the pieces' own group equal the row kernel's."""
     cols = shape[-1]
     fns = {
         "layer_norm": (lambda x, w, b: F.layer_norm(x, (cols,), w, b), [shape, (cols,), (cols,)]),
@@ -415,7 +418,7 @@ def test_weight_gradients_are_summed_in_the_row_kernel(name, dtype, shape, tmp_p
     fn, shapes = fns[name]
     args = [randn(*s, dtype=dtype) for s in shapes]
     grad_out = randn(*shape, dtype=dtype)
-    with config.patch(debug_dir=str(tmp_path)):
+    with config.patch(debug_dir=str(tmp_path), mix_order_reduction=mix_order):
         out, leaves = _run_backward(torch.compile(fn, backend="inductor_lite"), args, [True] * len(args))
         out.backward(grad_out)
     eager_out, eager_leaves = _run_backward(fn, args, [True] * len(args))
@@ -424,9 +427,27 @@ def test_weight_gradients_are_summed_in_the_row_kernel(name, dtype, shape, tmp_p
     ref_out.backward(_to_fp64(grad_out))
     for i, (g, e, r) in enumerate(zip(leaves, eager_leaves, ref_leaves)):
         assert_close(g.grad, e.grad, r.grad, f"grad {i}")
-    # the row kernel, then one kernel adding each weight gradient's pieces
-    assert len(kernel_names(tmp_path, "bw")) == len(args), kernel_names(tmp_path, "bw")
+    # the row kernel, (without mix-order the column sums,) one kernel adding each gradient's pieces
+    assert len(kernel_names(tmp_path, "bw")) == len(args) + (not mix_order), kernel_names(tmp_path, "bw")
     assert not extern_ops()
+
+
+@pytest.mark.parametrize("name", ["cycle", "across_rows", "other_size"])
+def test_column_sums_that_cannot_join_a_row_kernel(name, tmp_path, mix_order_small):
+    """A column sum beside a row reduction over the same rows, where one kernel cannot
+    compute both, keeps the lowering's long pieces (two looped outer reductions), and
+    compiles: the row reduction needs the column sum (a BatchNorm-like centring), or
+    the sum reads its other input across the rows. A pointwise result of another size
+    beside a mix-order kernel does not join it (only the final stage is looped)."""
+    x, y, w = randn(1000, 48), randn(48, 1000), randn(48)
+    fns = {
+        "cycle": (lambda x: (x * x.sum(0)).sum(1), (x,)),
+        "across_rows": (lambda x, y: (x.sum(1), (x * y.t()).sum(0)), (x, y)),
+        "other_size": (lambda x, w: (x.sum(1), (x * w).sum(0), w * 3), (x, w)),
+    }
+    fn, args = fns[name]
+    names, _ = run_compiled(fn, *args, tmp_path=tmp_path)
+    assert sum(n.startswith("red_") for n in names) == (1 if name == "other_size" else 2), names
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)

@@ -223,8 +223,8 @@ def mix_order_reduction(numel, rnumel: int, rows_per_program: int, element_size:
     """Candidates of a mix-order kernel (persistent rows of ``rnumel``, ``numel`` rows,
     ``rows_per_program`` rows a program): `persistent_reduction`'s one-pass configs with
     ``RSPLIT = rows_per_program`` and ``XBLOCK`` dividing it (a program's rows are one
-    column partial's piece), ``XBLOCK`` halved until each column accumulator tile takes
-    at most 16 registers a thread."""
+    column partial's piece), ``XBLOCK`` halved (down to 1) while a column accumulator
+    tile would take more than 16 registers a thread."""
     out = []
     for c in persistent_reduction(numel, rnumel, element_size):
         blocks = c.kwargs

@@ -1115,6 +1115,7 @@ def _codegen_node(cg: KernelCodegen, node, placement, keep: bool) -> None:
         cg.scatter(buffer.name, buffer.store_index(x_index), value, loops.mode)
         return
     if placement.role == "column":  # a piece of loops.split_origin's sum, this program's rows
+        # always stored (``keep``): its final stage is another kernel's group
         value = loops.split_origin.inner_fn(x_index, r_index)
         cg.column_sum(buffer.name, buffer.store_index([PROGRAM] + x_index), value, dtype)
         return

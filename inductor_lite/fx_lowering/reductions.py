@@ -21,8 +21,8 @@ the decompositions (`decompositions.py`).
 
 *Split reductions*: a reduction with few outputs and long rows (a full ``x.sum()``)
 would run on a handful of programs. `split_factor` then splits each row into ``S``
-pieces: a first reduction over ``numel * S`` rows of ``ceil(rnumel / S)``, a second
-over the ``S`` partials (TorchInductor's split reductions, ``ir.py``, do the same).
+pieces of ``ceil(rnumel / S)`` (``S`` or, where that leaves the last one empty, fewer):
+a first reduction over ``numel`` rows a piece, a second over the pieces' partials (TorchInductor's split reductions, ``ir.py``, do the same).
 The partial records the reduction it splits (`ir.nodes.SplitOrigin`): the scheduler
 may split a column sum again, into pieces of rows that a row kernel over the same rows
 computes in its pass (`scheduler.mix_order`).

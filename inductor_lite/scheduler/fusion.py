@@ -26,6 +26,12 @@ reductions (`SchedulerNode.column`, group ``(N, R)`` too). The kernel then makes
 pass over the rows for both: each program reduces its rows persistently (``R``
 static, at most `mix_order.MIX_ORDER_MAX_COLS`, every read contiguous along the row)
 and sums its `KernelGroup.rows_per_program` rows for the column partials.
+
+Candidates are producer/consumer pairs and siblings reading a buffer at the same
+kernel index; the score is the memory traffic saved (`fusion_score`). `fuse_groups`
+fuses greedily, best score first, until nothing changes (TorchInductor's scheme), then
+gives a group of pieces of rows that joined no row kernel its column form too; the
+``fusion`` log artifact says why each candidate pair fused or did not.
 """
 
 from __future__ import annotations
@@ -38,9 +44,8 @@ import sympy
 
 from ..ir.indexing import Expr, known_equal
 from ..ir.nodes import ScatterBuffer
-from .dependencies import FLAT, RFLAT, Placement
-from .mix_order import MIX_ORDER_MAX_COLS
-from .tiling import stride_hint
+from .dependencies import Placement
+from .mix_order import MIX_ORDER_MAX_COLS, first_read_across_rows
 
 MAX_SIBLING_READERS = 32
 """Buffers read by more groups than this are not used to pair siblings (quadratic)."""
@@ -136,8 +141,11 @@ def merged_group(a: KernelGroup, b: KernelGroup) -> Optional[Group]:
 
 def _column_form(g: KernelGroup, row: KernelGroup) -> Optional[KernelGroup]:
     """``g``'s nodes as column reductions in a kernel of ``row``'s group (mix-order),
-    or None when ``g`` is not all split-sum partials of ``row``'s rows in pieces of one size."""
-    if g.rows_per_program is not None or not row.is_reduction or any(n.column is None for n in g.nodes):
+    or None when ``g`` is not all first stages of sums split into pieces of rows
+    (`SchedulerNode.column`) of ``row``'s rows, or ``row`` is not a row kernel (a
+    reduction group with a node of its own, not a group of such pieces too)."""
+    if (g.rows_per_program is not None or not row.is_reduction or any(n.column is None for n in g.nodes)
+            or all(n.column is not None for n in row.nodes)):
         return None
     chunks = {n.node.data.split_origin.chunk for n in g.nodes}
     if len(chunks) != 1 or row.rows_per_program not in (None, *chunks):
@@ -149,33 +157,31 @@ def _column_form(g: KernelGroup, row: KernelGroup) -> Optional[KernelGroup]:
 
 
 def _as_fused(a: KernelGroup, b: KernelGroup) -> tuple[KernelGroup, KernelGroup, Optional[Group]]:
-    """``a`` and ``b`` as one kernel would compute them (column forms for mix-order
-    fusion), and that kernel's group (None when the groups disagree)."""
-    group = merged_group(a, b)
-    if group is not None:
-        return a, b, group
+    """``a`` and ``b`` as one kernel would compute them, and that kernel's group (None
+    when the groups disagree). A group of pieces of rows beside a row kernel over those
+    rows takes its column form (mix-order), even where its own group happens to equal
+    the row kernel's (rows of 32)."""
     column = _column_form(b, a)
     if column is not None:
         return a, column, a.group
     column = _column_form(a, b)
     if column is not None:
         return column, b, b.group
-    return a, b, None
+    return a, b, merged_group(a, b)
 
 
 def _mix_order_blocker(groups: Sequence[KernelGroup], group: Group) -> Optional[str]:
-    """Why a mix-order kernel of ``group`` cannot compute ``groups``, or None."""
+    """Why a mix-order kernel of ``group`` cannot compute ``groups`` (every node placed
+    in it), or None."""
     rnumel = sympy.sympify(group[1])
     if not (rnumel.is_number and int(rnumel) <= MIX_ORDER_MAX_COLS):
         return f"mix-order: rows of {rnumel} elements are not kept in registers"
     written = set().union(*(g.writes() for g in groups))
     for g in groups:
         for n in g.nodes:
-            placement = n.read_writes.placement(*group)
-            for dep in n.read_writes.reads:
-                if dep.name not in written and stride_hint(dep.kernel_index(placement, *group), RFLAT,
-                                                           (FLAT,)) not in (0, 1):
-                    return f"mix-order: {dep.name} is not read along its rows"
+            name = first_read_across_rows(n.read_writes, group, written)
+            if name is not None:
+                return f"mix-order: {name} is not read along its rows"
     return None
 
 
@@ -218,16 +224,16 @@ def _group_blocker(a: KernelGroup, b: KernelGroup) -> Optional[str]:
     a, b, group = _as_fused(a, b)
     if group is None:
         return f"groups differ: {_describe(a)} vs {_describe(b)}"
-    if a.rows_per_program is not None or b.rows_per_program is not None:
-        blocker = _mix_order_blocker((a, b), group)
-        if blocker is not None:
-            return blocker
     placements = {}
     for g in (a, b):
         placed = g.placements(group)
         if placed is None:
             return f"{g.names} do not fit a kernel of group ({group[0]}, {group[1]})"
         placements.update(placed)
+    if a.rows_per_program is not None or b.rows_per_program is not None:
+        blocker = _mix_order_blocker((a, b), group)
+        if blocker is not None:
+            return blocker
     if not (_lines_up(a, b, group, placements) and _lines_up(b, a, group, placements)):
         return "a read does not line up with the write it depends on (another row, or another rindex)"
     return None
@@ -307,7 +313,7 @@ def fuse_groups(graph: nx.DiGraph, sizes: Callable[[str], Expr], log: Callable[[
 
     ``graph`` is the dependency DAG over kernel groups and extern nodes (an edge
     ``u -> v``: ``v`` reads a buffer ``u`` writes). Each accepted or rejected
-    candidate is reported through ``log``.
+    candidate is reported through ``log``; then `_use_column_forms`.
     """
     for _ in range(max_rounds):
         groups = sorted((n for n in graph.nodes if isinstance(n, KernelGroup)), key=lambda g: g.order)

@@ -21,8 +21,10 @@ from typing import Optional
 import sympy
 
 from ..config import config
+from ..ir.indexing import product
 from ..ir.nodes import Reduction
-from .dependencies import column_read_writes
+from .dependencies import FLAT, RFLAT, column_read_writes
+from .tiling import stride_hint
 
 MIX_ORDER_ROWS = 32
 """Rows a piece, and a program of the fused kernel: 1024 programs over 32768 rows. Each
@@ -45,45 +47,71 @@ def is_candidate_shape(rows: int, cols: int) -> bool:
         and cols <= MIX_ORDER_MAX_COLS
 
 
-def _static(n) -> Optional[int]:
-    n = sympy.sympify(n)
-    return int(n) if n.is_number else None
+def first_read_across_rows(read_writes, group: tuple, written: set[str]) -> Optional[str]:
+    """The first buffer (not in ``written``) that a node with these `ReadWrites`,
+    placed in a kernel of ``group`` (rows, row length), reads other than along a row
+    (an ``rindex`` stride other than 0 or 1), or None: a mix-order kernel keeps whole
+    rows in registers, so its loads must run along them."""
+    placement = read_writes.placement(*group)
+    for dep in read_writes.reads:
+        if dep.name not in written and stride_hint(dep.kernel_index(placement, *group), RFLAT, (FLAT,)) not in (0, 1):
+            return dep.name
+    return None
+
+
+def _depends_on(node, name: str, writers: dict) -> bool:
+    """Whether ``node`` reads buffer ``name``, directly or through other nodes."""
+    seen, stack = set(), [node]
+    while stack:
+        for read in stack.pop().read_names():
+            if read == name:
+                return True
+            if read not in seen and read in writers:
+                seen.add(read)
+                stack.append(writers[read])
+    return False
 
 
 def plan(nodes: list) -> list[tuple]:
-    """``(partial, final)`` scheduler nodes of each split sum to split into row pieces:
-    a first stage whose `ir.nodes.SplitOrigin` sums ``rows x cols`` of a candidate
+    """``(partial, final)`` scheduler nodes of each split sum to split into pieces of
+    rows: a first stage whose `ir.nodes.SplitOrigin` sums ``rows x cols`` of a candidate
     shape (`is_candidate_shape`), whose only reader is its final stage, and one of
-    whose reads a reduction node of group ``(rows, cols)`` makes at the same element
-    of the same row (a row reduction over the same rows). None when
-    ``config.mix_order_reduction`` is off."""
+    whose reads a row reduction (a reduction node of group ``(rows, cols)``) makes at
+    the same element, where both read every input along its rows and the row
+    reduction does not depend on the final stage (one kernel could not compute both).
+    Empty when ``config.mix_order_reduction`` is off."""
     if not config.mix_order_reduction:
         return []
     readers: dict[str, list] = {}
     for n in nodes:
         for name in n.read_names():
             readers.setdefault(name, []).append(n)
+    writers = {n.name: n for n in nodes}
     out = []
     for partial in nodes:
         data = getattr(partial.node, "data", None)
         origin = data.split_origin if isinstance(data, Reduction) else None
         if origin is None or origin.mix_order or data.reduction_type != "sum":
             continue
-        rows, cols = _static(sympy.Mul(*origin.reduction_ranges)), _static(sympy.Mul(*origin.ranges))
+        rows, cols = sympy.sympify(product(origin.reduction_ranges)), sympy.sympify(product(origin.ranges))
         users = readers.get(partial.name, [])
-        if rows is None or cols is None or not is_candidate_shape(rows, cols) or len(users) != 1:
+        if not (rows.is_number and cols.is_number and is_candidate_shape(int(rows), int(cols))) or len(users) != 1:
             continue
-        final = users[0]
+        final, group = users[0], (rows, cols)
         if not isinstance(final.node.data, Reduction) or final.node.data.reduction_ranges != [data.ranges[0]]:
             continue
         column = column_read_writes(partial.node)
-        placement = column.placement(rows, cols)
-        accesses = {(d.name, d.kernel_index(placement, rows, cols)) for d in column.reads}
+        if first_read_across_rows(column, group, set()) is not None:
+            continue
+        placement = column.placement(*group)
+        accesses = {(d.name, d.kernel_index(placement, *group)) for d in column.reads}
         partners = {id(n): n for d in column.reads for n in readers.get(d.name, [])
-                    if n is not partial and getattr(n, "is_reduction", False) and n.group == (rows, cols)}
+                    if n is not partial and getattr(n, "is_reduction", False) and n.group == group}
         for row in partners.values():
-            row_placement = row.read_writes.placement(rows, cols)
-            if any((d.name, d.kernel_index(row_placement, rows, cols)) in accesses for d in row.read_writes.reads):
+            row_placement = row.read_writes.placement(*group)
+            if (any((d.name, d.kernel_index(row_placement, *group)) in accesses for d in row.read_writes.reads)
+                    and first_read_across_rows(row.read_writes, group, set()) is None
+                    and not _depends_on(row, final.name, writers)):
                 out.append((partial, final))
                 break
     return out
