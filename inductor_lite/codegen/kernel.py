@@ -400,6 +400,11 @@ class KernelCodegen(OpsHandler):
             # loaded whatever ops.masked's condition: a value it discards is never out of bounds
             if not simplified.free_symbols & self.tile_symbols:  # a scalar (a loss's grad_output)
                 return self._emit(f"dl.load({ptr} + ({self.index_str(index)}))", dtype)
+            if self.is_reduction and self.tiling is None and FLAT not in simplified.free_symbols:
+                # the same values for every row (a LayerNorm weight): one [1, RBLOCK] block,
+                # not a copy a row under the row mask
+                mask = ", mask=rmask" if self.has_rmask else ""
+                return self._emit(f"dl.load({ptr} + ({self.index_str(index)}){mask})", dtype)
             mask = self._index_mask(index)
         else:
             mask = self._mask(index)
