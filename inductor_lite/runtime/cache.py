@@ -190,19 +190,35 @@ def write_atomically(path: str, data: bytes) -> None:
             pass
         raise
 
-class BinaryCache:
-    """On-disk cache of `CompiledBinary` keyed by `cache_key`.
+class DiskStore:
+    """Entries of one kind in one directory, each a file named by its sha256 key: the
+    part `BinaryCache` and `graph_cache.GraphCache` share.
 
-    Honours ``config.disable_cache`` on every call. After the first OS error on the
-    directory (cannot create, read, write or delete) it warns once and stops caching.
+    Honours ``config.disable_cache`` on every call (`enabled`). Writes are atomic
+    (`write_atomically`). After the first OS error on the directory (cannot create,
+    read, write or delete) it warns once (``what`` is off, so ``consequence``) and stops.
 
     Args:
         directory: where entries live; created on the first write.
     """
 
+    suffix = ""
+    """File name extension of an entry."""
+    what = "cache"
+    consequence = ""
+
     def __init__(self, directory: str | os.PathLike):
         self.directory = os.fspath(directory)
         self.disabled_reason: Optional[str] = None
+
+    @classmethod
+    def for_directory(cls, directory: str):
+        """The process-wide store of this kind for ``directory`` (one instance, so a
+        broken directory warns once)."""
+        store = _stores.get((cls, directory))
+        if store is None:
+            store = _stores[(cls, directory)] = cls(directory)
+        return store
 
     @property
     def enabled(self) -> bool:
@@ -215,37 +231,31 @@ class BinaryCache:
             ValueError: ``key`` is not 64 lowercase hex digits.
         """
         if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
-            raise ValueError(f"cache key must be 64 lowercase hex digits (a sha256), got {key!r}")
-        return os.path.join(self.directory, f"{key}.ilbin")
+            raise ValueError(f"{self.what} key must be 64 lowercase hex digits (a sha256), got {key!r}")
+        return os.path.join(self.directory, f"{key}{self.suffix}")
 
-    def get(self, key: str) -> Optional[CompiledBinary]:
-        """The entry under ``key``, or None on a miss (absent, corrupt, or cache off).
-        A corrupt entry is deleted."""
-        path = self.path(key)
-        if not self.enabled:
-            return None
+    def _read(self, path: str) -> Optional[bytes]:
+        """The bytes of ``path``; None after an OS error (which turns the store off).
+
+        Raises:
+            FileNotFoundError: no entry there (a miss).
+        """
         try:
             with open(path, "rb") as f:
-                data = f.read()
+                return f.read()
         except FileNotFoundError:
-            return None
+            raise
         except OSError as e:
             self._disable(f"cannot read {path}: {e}")
             return None
-        try:
-            return decode_entry(data, key)
-        except CorruptEntryError as e:
-            log_artifact("cache", f"corrupt entry {path}: {e}; deleting it")
-            self._remove(path)
-            return None
 
-    def put(self, key: str, binary: CompiledBinary) -> None:
-        """Store ``binary`` under ``key`` atomically (no-op when the cache is off)."""
+    def _write(self, key: str, data: bytes) -> None:
+        """Store ``data`` as entry ``key`` atomically (no-op when the store is off)."""
         path = self.path(key)
         if not self.enabled:
             return
         try:
-            write_atomically(path, encode_entry(key, binary))
+            write_atomically(path, data)
         except OSError as e:
             self._disable(f"cannot write {path}: {e}")
 
@@ -260,22 +270,53 @@ class BinaryCache:
     def _disable(self, reason: str) -> None:
         if self.disabled_reason is None:
             warnings.warn(
-                f"inductor_lite: kernel binary cache turned off ({reason}); kernels will be recompiled "
-                f"in every process. Set INDUCTOR_LITE_CACHE_DIR to a writable directory to fix this.",
+                f"inductor_lite: {self.what} turned off ({reason}); {self.consequence}. "
+                f"Set INDUCTOR_LITE_CACHE_DIR to a writable directory to fix this.",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
             self.disabled_reason = reason
 
 
-_caches: dict[str, BinaryCache] = {}
+class BinaryCache(DiskStore):
+    """On-disk cache of `CompiledBinary` keyed by `cache_key` (a `DiskStore` of
+    ``<key>.ilbin`` files).
+
+    Args:
+        directory: where entries live; created on the first write.
+    """
+
+    suffix = ".ilbin"
+    what = "kernel binary cache"
+    consequence = "kernels will be recompiled in every process"
+
+    def get(self, key: str) -> Optional[CompiledBinary]:
+        """The entry under ``key``, or None on a miss (absent, corrupt, or cache off).
+        A corrupt entry is deleted."""
+        path = self.path(key)
+        if not self.enabled:
+            return None
+        try:
+            data = self._read(path)
+        except FileNotFoundError:
+            return None
+        if data is None:
+            return None
+        try:
+            return decode_entry(data, key)
+        except CorruptEntryError as e:
+            log_artifact("cache", f"corrupt entry {path}: {e}; deleting it")
+            self._remove(path)
+            return None
+
+    def put(self, key: str, binary: CompiledBinary) -> None:
+        """Store ``binary`` under ``key`` atomically (no-op when the cache is off)."""
+        self._write(key, encode_entry(key, binary))
+
+
+_stores: dict[tuple[type, str], DiskStore] = {}
 
 
 def default_cache() -> BinaryCache:
-    """The process-wide cache at ``config.cache_dir`` (one instance per directory, so a
-    broken directory warns once)."""
-    directory = config.cache_dir
-    cache = _caches.get(directory)
-    if cache is None:
-        cache = _caches[directory] = BinaryCache(directory)
-    return cache
+    """The process-wide cache at ``config.cache_dir``."""
+    return BinaryCache.for_directory(config.cache_dir)

@@ -82,9 +82,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import re
 import sys
-import warnings
 from typing import Any, Callable, Optional, TypeVar
 
 import sympy
@@ -94,12 +92,11 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from ..config import Config, config
 from ..counters import counters
 from ..logs import log_artifact
-from .cache import write_atomically
+from .cache import DiskStore
 
 FORMAT_VERSION = 1
 MAGIC = b"inductor_lite-graph\x00"
 _DIGEST_BYTES = hashlib.sha256().digest_size
-_KEY_RE = re.compile(r"[0-9a-f]{64}")
 T = TypeVar("T")
 
 KEY_CONFIG_FIELDS = tuple(
@@ -309,23 +306,20 @@ def decode_entry(data: bytes, key: str) -> CachedGraph:
     return CachedGraph(source, tuple(kernels), extern_ops)
 
 
-class GraphCache:
-    """Compiled graphs on disk, keyed by `graph_key`, in ``<directory>/graphs``.
-
-    Honours ``config.disable_cache`` on every call. After the first OS error on the
-    directory it warns once and stops caching.
+class GraphCache(DiskStore):
+    """Compiled graphs on disk, keyed by `graph_key`, in ``<directory>/graphs`` (a
+    `cache.DiskStore` of ``<key>.ilgraph`` files).
 
     Args:
         directory: the cache directory (``config.cache_dir``).
     """
 
-    def __init__(self, directory: str | os.PathLike):
-        self.directory = os.path.join(os.fspath(directory), "graphs")
-        self.disabled_reason: Optional[str] = None
+    suffix = ".ilgraph"
+    what = "graph cache"
+    consequence = "graphs will be lowered again in every process"
 
-    @property
-    def enabled(self) -> bool:
-        return not config.disable_cache and self.disabled_reason is None
+    def __init__(self, directory: str | os.PathLike):
+        super().__init__(os.path.join(os.fspath(directory), "graphs"))
 
     def key(self, gm: torch.fx.GraphModule, name: str) -> Optional[str]:
         """``gm``'s key, or None when the cache is off or the graph has no key
@@ -338,16 +332,6 @@ class GraphCache:
             self.bypass(name, str(e))
             return None
 
-    def path(self, key: str) -> str:
-        """The file of entry ``key``.
-
-        Raises:
-            ValueError: ``key`` is not 64 lowercase hex digits.
-        """
-        if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
-            raise ValueError(f"graph cache key must be 64 lowercase hex digits (a sha256), got {key!r}")
-        return os.path.join(self.directory, f"{key}.ilgraph")
-
     def load(self, key: str, name: str, loader: Callable[[CachedGraph], T]) -> Optional[T]:
         """``loader(entry)`` for the entry under ``key`` (a hit), or None (a miss: absent,
         corrupt, or cache off). An entry that fails to decode, or that ``loader`` raises
@@ -356,12 +340,10 @@ class GraphCache:
         if not self.enabled:
             return None
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = self._read(path)
         except FileNotFoundError:
             return self._miss(name, key)
-        except OSError as e:
-            self._disable(f"cannot read {path}: {e}")
+        if data is None:
             return None
         try:
             loaded = loader(decode_entry(data, key))
@@ -382,46 +364,14 @@ class GraphCache:
 
     def put(self, key: str, graph: CachedGraph) -> None:
         """Store ``graph`` under ``key`` atomically (no-op when the cache is off)."""
-        path = self.path(key)
-        if not self.enabled:
-            return
-        try:
-            write_atomically(path, encode_entry(key, graph))
-        except OSError as e:
-            self._disable(f"cannot write {path}: {e}")
+        self._write(key, encode_entry(key, graph))
 
     def _miss(self, name: str, key: str) -> None:
         counters["graph_cache_misses"] += 1
         log_artifact("cache", f"graph {name}: graph cache miss {key[:16]}")
         return None
 
-    def _remove(self, path: str) -> None:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            self._disable(f"cannot delete {path}: {e}")
-
-    def _disable(self, reason: str) -> None:
-        if self.disabled_reason is None:
-            warnings.warn(
-                f"inductor_lite: graph cache turned off ({reason}); graphs will be lowered again in every "
-                f"process. Set INDUCTOR_LITE_CACHE_DIR to a writable directory to fix this.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            self.disabled_reason = reason
-
-
-_caches: dict[str, GraphCache] = {}
-
 
 def default_graph_cache() -> GraphCache:
-    """The process-wide graph cache under ``config.cache_dir`` (one instance per
-    directory, so a broken directory warns once)."""
-    directory = config.cache_dir
-    cache = _caches.get(directory)
-    if cache is None:
-        cache = _caches[directory] = GraphCache(directory)
-    return cache
+    """The process-wide graph cache under ``config.cache_dir``."""
+    return GraphCache.for_directory(config.cache_dir)
