@@ -114,7 +114,7 @@ class CachedOutputCode(OutputCode):
         """After a load: rebuild the callable from the source, count what a compile counts."""
         if self.compiled is not None:
             return
-        from .backend import CompiledGraph
+        from .backend import CompiledGraph, count_kernels
 
         call, _ = load_module(WrapperCode(self.source, [], self.constants))
         eager = pickle.loads(self.graph).forward
@@ -126,10 +126,7 @@ class CachedOutputCode(OutputCode):
             report_output_strides(self.output_strides)
         counters["graphs_compiled"] += 1
         counters["aot_cache_hits"] += 1
-        counters["kernels_generated"] += len(self.kernels)
-        for op, n in self.extern_ops.items():
-            counters["extern_calls"] += n
-            counters[f"extern.{op}"] += n
+        count_kernels(self.kernels, self.extern_ops)
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass  # no Triton kernels: binaries live in our own cache

@@ -261,11 +261,17 @@ def _compile(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str, mode
             cache.bypass(name, "lowering added a shape guard, which a loaded graph would not add")
         elif key:
             cache.put(key, entry)
-    counters["kernels_generated"] += len(entry.kernels)
-    for op, n in entry.extern_ops.items():
+    count_kernels(entry.kernels, entry.extern_ops)
+    return CompiledGraph(call, gm.forward, entry.source, name, mode, options, entry.kernels, entry.extern_ops)
+
+
+def count_kernels(kernels: tuple, extern_ops: dict) -> None:
+    """Count a graph's generated kernels and its extern calls per aten op (compiled,
+    loaded from our graph cache, or from AOTAutograd's)."""
+    counters["kernels_generated"] += len(kernels)
+    for op, n in extern_ops.items():
         counters["extern_calls"] += n
         counters[f"extern.{op}"] += n
-    return CompiledGraph(call, gm.forward, entry.source, name, mode, options, entry.kernels, entry.extern_ops)
 
 
 def _load_entry(entry: CachedGraph, gm: torch.fx.GraphModule) -> tuple[CachedGraph, Callable]:

@@ -235,11 +235,14 @@ class DiskStore:
         return os.path.join(self.directory, f"{key}{self.suffix}")
 
     def _read(self, path: str) -> Optional[bytes]:
-        """The bytes of ``path``; None after an OS error (which turns the store off).
+        """The bytes of ``path``; None when the store is off or after an OS error (which
+        turns it off).
 
         Raises:
             FileNotFoundError: no entry there (a miss).
         """
+        if not self.enabled:
+            return None
         try:
             with open(path, "rb") as f:
                 return f.read()
@@ -294,8 +297,6 @@ class BinaryCache(DiskStore):
         """The entry under ``key``, or None on a miss (absent, corrupt, or cache off).
         A corrupt entry is deleted."""
         path = self.path(key)
-        if not self.enabled:
-            return None
         try:
             data = self._read(path)
         except FileNotFoundError:

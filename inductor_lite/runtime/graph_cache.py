@@ -337,8 +337,6 @@ class GraphCache(DiskStore):
         corrupt, or cache off). An entry that fails to decode, or that ``loader`` raises
         on, is corrupt: deleted, counted, logged. ``name`` names the graph in the log."""
         path = self.path(key)
-        if not self.enabled:
-            return None
         try:
             data = self._read(path)
         except FileNotFoundError:
