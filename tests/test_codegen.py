@@ -58,7 +58,7 @@ def test_kernel_text_follows_the_1d_template():
     assert lines[4] == "    xmask = xindex < xnumel"
     assert "    x0 = (xindex % 8)" in lines
     assert "    tmp0 = dl.load(in_ptr0 + (xindex), mask=xmask)" in lines
-    assert "    tmp1 = dl.load(in_ptr1 + (x0), mask=xmask)" in lines
+    assert '    tmp1 = dl.load(in_ptr1 + (x0), mask=xmask, eviction_policy="evict_last")' in lines  # a broadcast
     assert lines[-1].startswith("    dl.store(out_ptr0 + (xindex), tmp")
     assert "dl.erf(" in kernel.source
     assert kernel.rnumel == 1
@@ -448,6 +448,34 @@ def test_streamed_persistent_reduction(monkeypatch):
     compiled = compiler.compile_ptx(ir_fn, cc=(9, 0), num_warps=streamed[0].num_warps, num_stages=2)
     assert "cp.async" in compiled.ptx
     assembler.check_ptx_assembles(compiled.ptx, (9, 0))
+
+
+def _load_hints(source):
+    """Each pointer's loads' eviction hints, in source order."""
+    import re
+
+    hints = {}
+    for ptr, rest in re.findall(r"dl\.load\((in_ptr\d+) \+ (.*)", source):
+        policy = re.search(r'eviction_policy="(\w+)"', rest)
+        hints.setdefault(ptr, []).append(policy.group(1) if policy else "")
+    return hints
+
+
+@pytest.mark.parametrize("cols", [64, 40000])
+def test_load_cache_hints(cols):
+    """A norm's weight, read by every row, stays in cache (evict_last); a looped
+    reduction's earlier passes over a row ask to keep it for the next pass (evict_last)
+    and its last pass lets it go first (evict_first); a row read once has no hint."""
+    x, w = torch.randn(3, cols), torch.randn(cols)
+    (kernel,) = build(lambda x, w: F.layer_norm(x, (cols,), w), x, w).kernels
+    hints = _load_hints(kernel.source)
+    (rows,) = [h for ptr, h in hints.items() if f"{ptr} + (rindex + {cols}*xindex)" in kernel.source]
+    (weight,) = [h for ptr, h in hints.items() if f"{ptr} + (rindex)" in kernel.source]
+    assert weight == ["evict_last"]
+    if cols == 64:
+        assert rows == [""]
+    else:  # looped: two passes over the row
+        assert rows == ["evict_last", "evict_first"]
 
 
 def test_complex_scalar_extern_argument():

@@ -113,6 +113,12 @@ _VALUE_NAME = re.compile(r"\b(?:tmp|acc)\d+\b")
 _FLOAT_TO_INT = (TruncToInt, FloorToInt, CeilToInt, RoundToInt)
 """torch's float-to-int size functions: printed by the wrapper, never in a kernel."""
 
+_EVICT_LATER = "eviction_policy=EVICT_LATER"
+"""Marks a load whose eviction hint waits for the whole kernel (`_resolve_eviction`)."""
+_READ_AGAIN = 'eviction_policy="evict_last"'
+_READ_ONCE = 'eviction_policy="evict_first"'
+_LOAD_POINTER = re.compile(r"dl\.load\((in_ptr\d+)\b")
+
 def dsl_dtype(dtype: torch.dtype) -> str:
     """``torch.float32`` -> ``'dl.float32'``.
 
@@ -404,11 +410,32 @@ class KernelCodegen(OpsHandler):
                 # the same values for every row (a LayerNorm weight): one [1, RBLOCK] block,
                 # not a copy a row under the row mask
                 mask = ", mask=rmask" if self.has_rmask else ""
-                return self._emit(f"dl.load({ptr} + ({self.index_str(index)}){mask})", dtype)
-            mask = self._index_mask(index)
+            else:
+                mask = f", mask={self._index_mask(index)}"
         else:
-            mask = self._mask(index)
-        return self._emit(f"dl.load({ptr} + ({self.index_str(index)}), mask={mask})", dtype)
+            mask = f", mask={self._mask(index)}"
+        policy = self._eviction_policy(name, simplified)
+        return self._emit(f"dl.load({ptr} + ({self.index_str(index)}){mask}{policy})", dtype)
+
+    def _eviction_policy(self, name: str, index: Expr) -> str:
+        """The cache hint of a load at ``index`` (simplified) of ``name``, after
+        TorchInductor's rules: values other rows or programs read again (a broadcast:
+        the index misses one of the kernel's axes, or the buffer is smaller than the
+        domain) stay in cache longest; a reduction's row loaded in several passes (a
+        looped reduction) stays until its last pass, which `_resolve_eviction` decides
+        once the kernel is written. Hints never change results."""
+        symbols = index.free_symbols
+        axes = symbols & self.tile_symbols
+        for symbol in symbols & self.indirect_masks.keys():
+            axes = axes | self.dims.get(symbol.name, self.tile_symbols)
+        if any(sympy.sympify(n) != 1 and s not in axes for s, n in self.ranges.items()):
+            return f", {_READ_AGAIN}"
+        layout = self.layouts(name)
+        if known_leq(storage_length(layout.size, layout.stride) + 1, self.numel * self.rnumel):
+            return f", {_READ_AGAIN}"
+        if self.is_reduction and RFLAT in axes:
+            return f", {_EVICT_LATER}"
+        return ""
 
     def _in_bounds(self, name: str, index: Expr) -> bool:
         """Whether ``index`` addresses an element of ``name`` at every position of the
@@ -1060,11 +1087,35 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     if any(isinstance(n.node, ScatterBuffer) and n.node.data.mode == "atomic_add" for n in group.nodes):
         configs = configs[:1]  # autotuning runs a kernel many times: each run would add again
     signature = ", ".join(params + [f"{c}: dl.constexpr" for c in constexprs])
-    body = _static_sizes_inline(_drop_unused_temporaries(body), {
+    body = _static_sizes_inline(_resolve_eviction(_drop_unused_temporaries(body)), {
         "xnumel": tiling.xnumel if tiling is not None else group.numel,
         "ynumel": tiling.ynumel if tiling is not None else None, "rnumel": group.rnumel})
     source = "\n".join(["@dl.kernel", f"def {name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
     return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid))
+
+
+def _resolve_eviction(lines: list[str]) -> list[str]:
+    """``lines`` with each deferred eviction hint decided (`KernelCodegen._eviction_policy`):
+    ``evict_last`` where a later line loads the same buffer again, ``evict_first`` on
+    the last of several loads, none on a buffer's only load. Unlike TorchInductor, a row
+    read once gets no hint: on an H100, ``evict_first`` there cost bf16 norms and
+    softmax about 2% (docs/performance.md, 2026-11-26 sixth session)."""
+    loads: dict[str, list[int]] = {}
+    for i, line in enumerate(lines):
+        for ptr in _LOAD_POINTER.findall(line):
+            loads.setdefault(ptr, []).append(i)
+    resolved = []
+    for i, line in enumerate(lines):
+        if _EVICT_LATER in line:
+            (ptr,) = _LOAD_POINTER.findall(line)
+            if loads[ptr][-1] > i:
+                line = line.replace(_EVICT_LATER, _READ_AGAIN)
+            elif len(loads[ptr]) > 1:
+                line = line.replace(_EVICT_LATER, _READ_ONCE)
+            else:
+                line = line.replace(f", {_EVICT_LATER}", "")
+        resolved.append(line)
+    return resolved
 
 
 _TEMPORARY = re.compile(r"\s*(tmp\d+) = ")
