@@ -385,6 +385,7 @@ PTX_CASES = {
                                                                            torch.randint(1, 5, (40,))]),
     "zero_dim_store": (lambda x: x.sum() + 1, [torch.randn(5)]),
     "persistent_softmax_bf16": (lambda x: torch.softmax(x, -1), [torch.randn(6, 300).bfloat16()]),
+    "persistent_argmax_argmin_bf16": (lambda x: (x.argmax(-1), x.argmin(-1)), [torch.randn(6, 300).bfloat16()]),
     "persistent_layer_norm": (lambda x, w: F.layer_norm(x, (64,), w), [torch.randn(5, 64), torch.randn(64)]),
     "looped_softmax_argmax": (lambda x: (torch.softmax(x, -1), x.argmax(-1)), [torch.randn(3, 20000)]),
     "looped_var_mean_any": (lambda x: (*torch.var_mean(x, -1), (x > 3).any(-1)), [torch.randn(3, 20000)]),

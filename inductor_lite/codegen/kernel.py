@@ -557,7 +557,14 @@ class KernelCodegen(OpsHandler):
             return tuple(names)
         masked = self._masked_value(value, reduction_identity(reduction_type, dtype))
         if reduction_type in ("argmax", "argmin"):
-            return (self._emit(f"dl.{reduction_type}({masked}, {axis}, keep_dims=True)", torch.int32),)
+            # The extreme, then the first index holding it (or NaN, which wins): two plain
+            # reductions, which the DSL compiler lowers to packed half max/min and a select
+            # chain, where a (value, index) reduction combines pairs with tie-breaks.
+            extreme = "dl.max" if reduction_type == "argmax" else "dl.min"
+            top = self._emit(f"{extreme}({masked}, {axis}, keep_dims=True)", dtype)
+            is_top = f"({masked} == {top})" + (f" | dl.isnan({masked})" if dtype.is_floating_point else "")
+            return (self._emit(f"dl.min(dl.where({is_top}, rindex, RBLOCK), {axis}, keep_dims=True)",
+                               torch.int32),)
         if reduction_type in ("any", "all"):
             fn = "dl.max" if reduction_type == "any" else "dl.min"
             as_int = self._emit(f"{masked}.to(dl.int32)", torch.int32)
