@@ -11,12 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import inductor_lite  # noqa: F401  (registers the backend)
 from inductor_lite.config import config
 from inductor_lite.counters import counters, reset
 from inductor_lite.fx_passes import run_passes
 from inductor_lite.fx_passes.pad_mm import pad_mm
+from inductor_lite.fx_passes.split_conv_bias import split_conv_bias
 
 aten = torch.ops.aten
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
@@ -92,6 +94,22 @@ def test_attention_cuda_emission_on_cpu(monkeypatch):
         out = _compile(projected_attention)(x, w, mask)
     assert counters["pass.fuse_attention"] == 1
     assert counters["extern.aten.scaled_dot_product_attention.default"] == 1
+    torch.testing.assert_close(out.double(), _reference(projected_attention, x, w, mask), **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("pick", ["math", "flash"])
+def test_attention_left_alone_where_torch_picks_math(pick, monkeypatch):
+    # CUDA: where torch's run-time pick for these tensors is its math kernels, the
+    # composite op would run them as eager kernels; the pattern is compiled instead
+    fuse = importlib.import_module("inductor_lite.fx_passes.fuse_attention")
+    monkeypatch.setitem(fuse.FUSED_CALLS, "cpu", fuse.FUSED_CALLS["cuda"])
+    backend = SDPBackend.MATH if pick == "math" else SDPBackend.FLASH_ATTENTION
+    monkeypatch.setattr(fuse, "fused_sdp_choice", lambda *args: int(backend))
+    x, w, mask = _rand(2, 16, 32), _rand(32, 96) / math.sqrt(32), _rand(2, 1, 16, 16)
+    with torch.no_grad():
+        out = _compile(projected_attention)(x, w, mask)
+    assert counters["pass.fuse_attention"] == (pick == "flash")
+    assert counters["extern.aten.scaled_dot_product_attention.default"] == (pick == "flash")
     torch.testing.assert_close(out.double(), _reference(projected_attention, x, w, mask), **TOL[torch.float32])
 
 
@@ -399,6 +417,35 @@ def test_pad_mm_through_backend_forced():
     torch.testing.assert_close(out, (a @ b).t().relu())
 
 
+@pytest.mark.parametrize("case", ["conv2d_relu", "channels_last_depthwise", "conv1d_output", "transposed"])
+def test_split_conv_bias(case, monkeypatch):
+    """The bias of a (CUDA; forced here) convolution is added by a generated kernel,
+    fused with the pointwise consumer where there is one; values and layouts as eager's."""
+    from inductor_lite import fx_passes
+    monkeypatch.setattr(fx_passes, "PASSES", [("split_conv_bias", lambda gm: split_conv_bias(gm, force=True))])
+    if case == "conv2d_relu":
+        x, w, b = _rand(2, 3, 9, 9), _rand(8, 3, 3, 3), _rand(8)
+        fn = lambda x, w, b: F.conv2d(x, w, b, padding=1).relu()
+    elif case == "channels_last_depthwise":
+        x = _rand(2, 8, 9, 9).contiguous(memory_format=torch.channels_last)
+        w, b = _rand(8, 1, 7, 7), _rand(8)
+        fn = lambda x, w, b: F.conv2d(x, w, b, padding=3, groups=8).permute(0, 2, 3, 1).sin()
+    elif case == "conv1d_output":
+        x, w, b = _rand(2, 3, 10), _rand(4, 3, 3), _rand(4)
+        fn = lambda x, w, b: F.conv1d(x, w, b)
+    else:
+        x, w, b = _rand(2, 4, 5, 5), _rand(4, 3, 2, 2), _rand(3)
+        fn = lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2) * 2
+    with torch.no_grad():
+        out = _compile(fn)(x, w, b)
+        expected = fn(x, w, b)
+    assert counters["pass.split_conv_bias"] == 1
+    assert counters["extern.aten.convolution.default"] == 1
+    assert counters["kernels_generated"] == 1  # the bias add, with its consumer where there is one
+    assert out.stride() == expected.stride()
+    torch.testing.assert_close(out, expected, **TOL[torch.float32])
+
+
 def test_pad_mm_result_layout(monkeypatch):
     """A padded GEMM's result read through as_strided, or a view the padded rows do not
     allow, has the contiguous layout eager gives it; returned, or through a view only the
@@ -505,6 +552,20 @@ def test_gpu_attention_upcast_math_fused(dtype):
         out = _compile(sdpa_math_upcast)(q, k, v, mask)
     assert counters["pass.fuse_attention"] == 1
     assert counters["extern.aten.scaled_dot_product_attention.default"] == 1
+    torch.testing.assert_close(out.cpu().double(), _reference(sdpa_math, q, k, v, mask), **TOL[torch.bfloat16])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_attention_math_pick_left_compiled():
+    # torch's pick asked on fake tensors at compile time: with only the math kernels
+    # enabled the pattern stays, compiled (its softmax one generated kernel)
+    q, k, v = (t.cuda() for t in _qkv(h=4, lq=128, lk=128, e=64, dtype=torch.bfloat16))
+    mask = _rand(2, 1, 1, 128, dtype=torch.bfloat16).cuda()
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):
+        out = _compile(sdpa_math_upcast)(q, k, v, mask)
+    assert counters["pass.fuse_attention"] == 0
+    assert counters["extern.aten.scaled_dot_product_attention.default"] == 0
     torch.testing.assert_close(out.cpu().double(), _reference(sdpa_math, q, k, v, mask), **TOL[torch.bfloat16])
 
 

@@ -20,6 +20,8 @@ The passes, in order:
 2. `pad_mm.pad_mm`: GEMMs with a dimension off the tensor-core alignment padded (CUDA).
 3. `split_addmm.split_addmm`: an fp32 ``addmm`` followed only by pointwise ops becomes
    ``mm`` plus a bias add that fuses into the consumer's kernel.
+4. `split_conv_bias.split_conv_bias`: a CUDA convolution's bias becomes a pointwise
+   add, which fuses into the consumer's kernel.
 
 Padding runs before the split so that a padded ``addmm`` is split like any other.
 
@@ -44,11 +46,13 @@ from .fuse_attention import fuse_attention
 from .pad_mm import pad_mm
 from .sink_gather import sink_gather
 from .split_addmm import split_addmm
+from .split_conv_bias import split_conv_bias
 
 PASSES: list[tuple[str, Callable[[torch.fx.GraphModule], int]]] = [
     ("fuse_attention", fuse_attention),
     ("pad_mm", pad_mm),
     ("split_addmm", split_addmm),
+    ("split_conv_bias", split_conv_bias),
 ]
 """``(name, pass)`` in the order `run_passes` applies them."""
 

@@ -21,7 +21,10 @@ with ``out = attention(q, k, v, attn_mask=mask, scale=s_q * s_k * s)`` on the or
   torch's own selector picks flash, memory-efficient or cuDNN attention for the real
   tensors at run time (with its mask padding and alignment rules) and the math kernels
   only where none applies. Its fake output is given the layout those kernels return,
-  ``(B, L, H, E)`` memory transposed to ``(B, H, L, E)``.
+  ``(B, L, H, E)`` memory transposed to ``(B, H, L, E)``. Where torch would pick its
+  math kernels for these tensors (T5's decoder attention in the model suite), the
+  pattern is left to be compiled: the math kernels run as a dozen eager kernels
+  (`fused_sdp_choice`).
 
 Where it fires. The pattern is matched structurally over aten nodes (the facts are those
 of TorchInductor's ``fx_passes/fuse_attention.py`` patterns; the matcher is ours):
@@ -60,6 +63,8 @@ from typing import Optional
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.nn.attention import SDPBackend
 
 from .common import (
     VIEW_OPS, GraphBuilder, aten, is_call, is_concrete, last_dim, only_used_by, prims, python_number,
@@ -438,6 +443,8 @@ def _emit(gm: torch.fx.GraphModule, match: _Match) -> Optional[torch.fx.Node]:
         while tensor_val(mask).dim() not in (2, 4):
             mask = build.call(aten.unsqueeze.default, mask, 0)
     result = FUSED_CALLS[q.device.type](build, match, mask)
+    if result is None:
+        return None  # the nodes built so far are dead: the caller removes them
     if reshape:  # the fused output may not be viewable as [B * H, L, Ev]
         result = build.call(aten.clone.default, result, memory_format=torch.contiguous_format)
         result = build.call(aten.view.default, result, list(out.shape))
@@ -458,9 +465,37 @@ def _cpu_call(build: GraphBuilder, match: _Match, mask: Optional[torch.fx.Node])
     return build.call(operator.getitem, fused, 0)
 
 
-def _cuda_call(build: GraphBuilder, match: _Match, mask: Optional[torch.fx.Node]) -> torch.fx.Node:
+def fused_sdp_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+                     scale: float) -> Optional[int]:
+    """torch's attention kernel pick (a `torch.nn.attention.SDPBackend` value) for CUDA
+    tensors with the sizes, strides and dtypes of the fake tensors given, as
+    ``scaled_dot_product_attention`` makes it at run time. The pick is asked of real
+    (uninitialised) tensors allocated for the purpose: on fake ones ``_fused_sdp_choice``
+    always answers math (checked on an H100, torch 2.11). None where it cannot be asked:
+    no GPU, symbolic sizes, or an error."""
+    tensors = [t for t in (q, k, v, mask) if t is not None]
+    if not torch.cuda.is_available() or not all(is_concrete(t) for t in tensors):
+        return None
+    try:
+        with unset_fake_temporarily():
+            q, k, v, mask = (None if t is None else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                                                        device=t.device)
+                             for t in (q, k, v, mask))
+            return int(torch.ops.aten._fused_sdp_choice.default(q, k, v, mask, 0.0, False, scale=scale))
+    except RuntimeError:
+        return None
+
+
+def _cuda_call(build: GraphBuilder, match: _Match, mask: Optional[torch.fx.Node]) -> Optional[torch.fx.Node]:
     """The composite op, and a fake output with the fused kernels' layout: ``(B, L, H, E)``
-    memory seen as ``(B, H, L, E)`` (the wrapper copies where the run-time pick differs)."""
+    memory seen as ``(B, H, L, E)`` (the wrapper copies where the run-time pick differs).
+    None where torch would pick its math kernels for these tensors (T5's decoder
+    attention, with its position bias): those run as a dozen eager kernels, where the
+    pattern left alone compiles into fused ones."""
+    choice = fused_sdp_choice(*(tensor_val(n) for n in (match.q, match.k, match.v)),
+                              None if mask is None else tensor_val(mask), match.scale)
+    if choice == int(SDPBackend.MATH):
+        return None
     node = build.call(aten.scaled_dot_product_attention.default, match.q, match.k, match.v,
                       attn_mask=mask, dropout_p=0.0, is_causal=False, scale=match.scale)
     fake = node.meta["val"]
