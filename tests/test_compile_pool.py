@@ -12,7 +12,7 @@ import torch
 from inductor_lite.config import Config, ConfigError, check_option, config
 from inductor_lite.dsl import assembler
 from inductor_lite.codegen.wrapper import load_module
-from inductor_lite.runtime import compile_pool, driver, launcher
+from inductor_lite.runtime import build, compile_pool, driver, launcher
 from dsl_corpus import axpy_kernel
 from test_runtime_launch import cuda_like, cuda_wrapper, stub  # noqa: F401  (stub is a fixture)
 from test_runtime_cache import fake_driver  # noqa: F401  (a fixture stub uses)
@@ -44,7 +44,7 @@ def test_workers_build_what_this_process_builds_and_hand_each_out_once():
     for _, (spec, num_warps, num_stages, maxnreg) in jobs:
         key = launcher.binary_key(axpy_kernel, spec, num_warps, CC, num_stages, maxnreg)
         got = compile_pool.take(key)
-        want = launcher.build_binary(axpy_kernel.build_ir(spec), CC, num_warps, num_stages, maxnreg)
+        want = build.build_binary(axpy_kernel.build_ir(spec), CC, num_warps, num_stages, maxnreg)
         assert got is not None and compile_pool.take(key) is None
         assert (got.ptx, got.param_types, got.num_warps, got.shared_bytes) == \
             (want.ptx, want.param_types, want.num_warps, want.shared_bytes)
@@ -203,3 +203,17 @@ def test_exit_mid_compile_kills_the_workers_instead_of_waiting_for_the_queue(tmp
     env = dict(os.environ, INDUCTOR_LITE_CACHE_DIR=str(tmp_path))
     done = subprocess.run([sys.executable, "-c", script], env=env, timeout=45, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_worker_imports_the_compiler_without_torch():
+    """A worker starts without importing torch (a build needs only the DSL compiler):
+    its start costs a fraction of a torch import, in time and in memory."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(compile_pool.__file__)))
+    code = compile_pool._BOOTSTRAP.format(root=os.path.dirname(root)) + (
+        "import inductor_lite.runtime.build\n"
+        "print('torch' in sys.modules, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], input=b"", capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr.decode().split()[-1] == "False"

@@ -16,7 +16,7 @@ from inductor_lite.config import config
 from inductor_lite.dsl import assembler
 from inductor_lite.counters import counters, reset as reset_counters
 from inductor_lite.runtime import cache as cache_mod
-from inductor_lite.runtime import driver, launcher
+from inductor_lite.runtime import build, driver, launcher
 from inductor_lite.runtime.cache import BinaryCache, CompiledBinary, cache_key, decode_entry, encode_entry
 from inductor_lite.runtime.launcher import ParamBuffer, normalize_grid
 
@@ -529,8 +529,8 @@ def fake(fake_driver, monkeypatch, tmp_path):
         assert int(fake_driver.current) == int(fake_driver.primary), "assembled outside the device's context"
         return b"CUBIN:" + ptx.encode()
 
-    monkeypatch.setattr(launcher, "compile_ptx", compile_ptx)
-    monkeypatch.setattr(launcher, "ptx_to_cubin", ptx_to_cubin)
+    monkeypatch.setattr(build, "compile_ptx", compile_ptx)
+    monkeypatch.setattr(build, "ptx_to_cubin", ptx_to_cubin)
     monkeypatch.setattr(launcher, "toolchain_versions", lambda: dict(TOOLCHAIN))
     state = types.SimpleNamespace(driver=fake_driver, compiled=compiled, shared_bytes=0, cache_dir=tmp_path / "cache")
     return state

@@ -21,7 +21,7 @@ from inductor_lite.counters import counters
 from inductor_lite.dsl.kernel import type_string
 from inductor_lite.fx_lowering.decompositions import decomposition_table
 from inductor_lite.fx_lowering.graph import GraphLowering
-from inductor_lite.runtime import driver, launcher, tuned_launcher
+from inductor_lite.runtime import build, driver, launcher, tuned_launcher
 from inductor_lite.scheduler.scheduler import Scheduler
 from test_runtime_cache import TOOLCHAIN, fake_driver  # noqa: F401  (fake_driver is a fixture)
 
@@ -70,8 +70,8 @@ def stub(fake_driver, monkeypatch):  # noqa: F811
                                      num_warps=num_warps, shared_bytes=0, param_types=param_types,
                                      cluster_size=fn.cluster_size)
 
-    monkeypatch.setattr(launcher, "compile_ptx", compile_ptx)
-    monkeypatch.setattr(launcher, "ptx_to_cubin", lambda ptx, cc: b"CUBIN:" + ptx.encode())
+    monkeypatch.setattr(build, "compile_ptx", compile_ptx)
+    monkeypatch.setattr(build, "ptx_to_cubin", lambda ptx, cc: b"CUBIN:" + ptx.encode())
     monkeypatch.setattr(launcher, "toolchain_versions", lambda: dict(TOOLCHAIN))
     fake_driver.param_types = ("ptr", "ptr", "i32", "f32")
     return types.SimpleNamespace(driver=fake_driver, built=built, stages=stages)
@@ -250,8 +250,8 @@ def test_maxnreg_reaches_the_compile_through_bound_and_tuned_launchers(stub, mon
     compiler: through `bind_launcher`, and for a generated kernel whose configs carry
     one (`heuristics.Config.maxnreg`), through `bind_tuned_launcher`."""
     caps = []
-    compile_stub = launcher.compile_ptx
-    monkeypatch.setattr(launcher, "compile_ptx",
+    compile_stub = build.compile_ptx
+    monkeypatch.setattr(build, "compile_ptx",
                         lambda fn, **options: caps.append(options.get("maxnreg")) or compile_stub(fn, **options))
     x, _, out = tensors()
     kinds = ("tensor", "tensor", "int", "float")

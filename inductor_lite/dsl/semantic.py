@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-import torch
 
 from . import ir
 from .ir import BlockType, DType, float32, float64, int1, int32, int64
@@ -154,6 +153,8 @@ def _convert_literal(value: Any, dtype: DType):
     if dtype.is_floating:
         if dtype == float64:
             return float(value)
+        import torch  # here: compile workers import this module without torch
+
         return torch.tensor(float(value), dtype=torch.float64).to(getattr(torch, dtype.name)).item()
     if dtype == int1:
         return bool(value)

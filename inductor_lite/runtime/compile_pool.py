@@ -1,6 +1,6 @@
 """Kernel binaries built in parallel, in worker processes.
 
-One binary build (`launcher.build_binary`: our NVPTX lowering, LLVM's O3 and code
+One binary build (`build.build_binary`: our NVPTX lowering, LLVM's O3 and code
 generation, then the PTX assembler) keeps one CPU core busy for a few hundred
 milliseconds, and the first CUDA call of a tuned kernel builds one binary per candidate
 config. Built one after another, that is most of a cold compile (docs/performance.md
@@ -14,13 +14,13 @@ builds run in parallel across kernels; a tuned launcher's first launch prebuilds
 is still missing for its real arguments.
 
 What travels to a worker is the kernel's block IR (``Kernel.build_ir``, plain picklable
-data), not its Python source: the frontend runs here, where the kernel's module is.
+data), not its Python source: the frontend runs here, where the kernel's module is. A
+worker imports the DSL compiler and nothing of torch (`build`).
 
 Each worker is a Python process running `compile_worker.main` from this copy of
 inductor_lite, fed pickled jobs on its stdin, with ``CUDA_VISIBLE_DEVICES`` empty. Not ``multiprocessing``: its spawned
 children re-run the user's main script, and a forked child of a process that has
-initialised CUDA must not touch CUDA. A worker costs an import of torch once and then
-assembles with nvJitLink or ptxas, never the CUDA driver (it has no
+initialised CUDA must not touch CUDA. A worker assembles with nvJitLink or ptxas, never the CUDA driver (it has no
 CUDA context), so the workers are used only where this process would pick the same
 assembler (`can_build_in_workers`). One thread here per worker writes a job and
 waits for its answer. ``config.compile_workers`` sets how many; 0 or 1 builds
@@ -197,11 +197,16 @@ def _run(job: tuple) -> tuple[bool, Any]:
 
 # The worker's bootstrap: keep the real stdout for answers and send anything printed
 # (during the imports too) to stderr, then import this very copy of inductor_lite
-# (``python -m`` would put the working directory, maybe another checkout, first).
-_BOOTSTRAP = """import os, sys
+# (``python -m`` would put the working directory, maybe another checkout, first). The
+# packages on the way are bare modules: their ``__init__`` would import torch (the
+# backend, the DSL's kernel objects), which a build does not need (`build`).
+_BOOTSTRAP = """import os, sys, types
 answers = os.dup(1)
 os.dup2(2, 1)
-sys.path.insert(0, {root!r})
+for name in ("inductor_lite", "inductor_lite.dsl", "inductor_lite.runtime"):
+    package = types.ModuleType(name)
+    package.__path__ = [os.path.join({root!r}, *name.split("."))]
+    sys.modules[name] = package
 from inductor_lite.runtime.compile_worker import main
 main(answers)
 """

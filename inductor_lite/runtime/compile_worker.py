@@ -2,7 +2,7 @@
 answers file descriptor.
 
 Each message is its byte length (8 bytes, little-endian) and a pickle. A job is
-``(toolchain versions, arguments of launcher.build_binary)``; the answer is
+``(toolchain versions, arguments of build.build_binary)``; the answer is
 ``(True, CompiledBinary)`` or ``(False, "ErrorType: message")``, also when the
 toolchain versions differ from this process's (the binary would not be what the
 parent's cache key says). End of input ends the worker.
@@ -22,7 +22,7 @@ def main(answers_fd: int) -> None:
     """Serve jobs until end of input; answers go to ``answers_fd`` (the original
     stdout, which `compile_pool`'s bootstrap saved before any import could print)."""
     from inductor_lite.dsl.compiler import toolchain_versions
-    from inductor_lite.runtime.launcher import build_binary
+    from inductor_lite.runtime.build import build_binary
 
     read, write = sys.stdin.buffer, os.fdopen(answers_fd, "wb")
     while True:

@@ -51,12 +51,12 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from . import compile_pool, driver
+from .build import build_binary
 from .cache import CompiledBinary, cache_key, default_cache
 from ..config import config
 from ..counters import counters
 from ..debug import write_files
-from ..dsl.assembler import ptx_to_cubin
-from ..dsl.compiler import compile_ptx, toolchain_versions
+from ..dsl.compiler import toolchain_versions
 from ..dsl.nvptx import check_maxnreg
 from ..dsl.nvptx_pipeline import check_num_stages
 from ..logs import log_artifact
@@ -582,30 +582,6 @@ def _built(kernel: Any, key: str, binary: CompiledBinary, cache) -> CompiledBina
     stored = f"stored in {cache.directory}" if cache.enabled else "disk cache off"
     log_artifact("cache", f"miss {kernel.name} {key}: compiled, {stored}")
     return binary
-
-
-def build_binary(fn: Any, cc: tuple[int, int], num_warps: int, num_stages: int = 1,
-                 maxnreg: int | None = None) -> CompiledBinary:
-    """The binary of block-IR function ``fn`` (``Kernel.build_ir``) for compute
-    capability ``cc``: `compile_ptx` then `ptx_to_cubin`. Pure (no cache, counter or
-    log), so worker processes run it too (`compile_pool`).
-
-    Raises:
-        NVPTXCompilationError: what `compile_ptx` raises.
-        RuntimeError: the PTX does not assemble, or no assembler is available.
-    """
-    compiled = compile_ptx(fn, cc=cc, num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
-    return CompiledBinary(
-        name=compiled.name,
-        cubin=ptx_to_cubin(compiled.ptx, cc),
-        shared_bytes=compiled.shared_bytes,
-        num_warps=compiled.num_warps,
-        param_types=tuple(compiled.param_types),
-        cc=tuple(compiled.cc),
-        ptx=compiled.ptx,
-        llvm_ir=compiled.llvm_ir,
-        cluster_size=compiled.cluster_size,
-    )
 
 
 def _write_debug_files(debug_dir: str | None, binary: CompiledBinary) -> None:
