@@ -97,13 +97,14 @@ def test_attention_cuda_emission_on_cpu(monkeypatch):
     torch.testing.assert_close(out.double(), _reference(projected_attention, x, w, mask), **TOL[torch.float32])
 
 
-@pytest.mark.parametrize("pick", ["math", "flash"])
+@pytest.mark.parametrize("pick", ["math", "error", "flash"])
 def test_attention_left_alone_where_torch_picks_math(pick, monkeypatch):
     # CUDA: where torch's run-time pick for these tensors is its math kernels, the
-    # composite op would run them as eager kernels; the pattern is compiled instead
+    # composite op would run them as eager kernels, and where no kernel fits it would
+    # fail; the pattern is compiled instead
     fuse = importlib.import_module("inductor_lite.fx_passes.fuse_attention")
     monkeypatch.setitem(fuse.FUSED_CALLS, "cpu", fuse.FUSED_CALLS["cuda"])
-    backend = SDPBackend.MATH if pick == "math" else SDPBackend.FLASH_ATTENTION
+    backend = {"math": SDPBackend.MATH, "error": SDPBackend.ERROR, "flash": SDPBackend.FLASH_ATTENTION}[pick]
     monkeypatch.setattr(fuse, "fused_sdp_choice", lambda *args: int(backend))
     x, w, mask = _rand(2, 16, 32), _rand(32, 96) / math.sqrt(32), _rand(2, 1, 16, 16)
     with torch.no_grad():
@@ -111,6 +112,20 @@ def test_attention_left_alone_where_torch_picks_math(pick, monkeypatch):
     assert counters["pass.fuse_attention"] == (pick == "flash")
     assert counters["extern.aten.scaled_dot_product_attention.default"] == (pick == "flash")
     torch.testing.assert_close(out.double(), _reference(projected_attention, x, w, mask), **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("mask", ["3d_fp32", "4d_fp16"])
+def test_attention_left_alone_leaves_the_graph_untouched(mask, monkeypatch):
+    # a mask needing a cast or an unsqueeze: the nodes built for it are erased again
+    fuse = importlib.import_module("inductor_lite.fx_passes.fuse_attention")
+    monkeypatch.setitem(fuse.FUSED_CALLS, "cpu", fuse.FUSED_CALLS["cuda"])
+    monkeypatch.setattr(fuse, "fused_sdp_choice", lambda *args: int(SDPBackend.MATH))
+    q, k, v = _qkv(dtype=torch.float32)
+    m = _rand(1, 8, 8) if mask == "3d_fp32" else _rand(2, 1, 8, 8, dtype=torch.float16)
+    gm = _fake_graph(lambda q, k, v, m: sdpa_math(q, k, v, m), q, k, v, m)
+    before = [(n.op, n.target) for n in gm.graph.nodes]
+    assert fuse.fuse_attention(gm) == 0
+    assert [(n.op, n.target) for n in gm.graph.nodes] == before
 
 
 def test_attention_upcast_runs_in_low_precision():
@@ -444,6 +459,24 @@ def test_split_conv_bias(case, monkeypatch):
     assert counters["kernels_generated"] == 1  # the bias add, with its consumer where there is one
     assert out.stride() == expected.stride()
     torch.testing.assert_close(out, expected, **TOL[torch.float32])
+
+
+def test_split_conv_bias_dynamic_graph_runs_eagerly(monkeypatch):
+    """Under dynamic shapes the bias view takes -1, not a SymInt the graph's code cannot
+    name: the rewritten graph still runs as the eager fallback."""
+    from inductor_lite import backend, fx_passes
+    monkeypatch.setattr(fx_passes, "PASSES", [("split_conv_bias", lambda gm: split_conv_bias(gm, force=True))])
+
+    def fail(*args, **kwargs):
+        raise NotImplementedError("lowering fails: the graph runs eagerly")
+
+    monkeypatch.setattr(backend, "_compile", fail)
+    x, w, b = _rand(2, 3, 9, 9), _rand(8, 3, 3, 3), _rand(8)
+    fn = lambda x, w, b: F.conv2d(x, w, b, padding=1).relu()
+    with config.patch(fallback_on_error=True):
+        out = _compile(fn, dynamic=True)(x, w, b)
+    assert counters["pass.split_conv_bias"] == 1
+    torch.testing.assert_close(out, fn(x, w, b), **TOL[torch.float32])
 
 
 def test_pad_mm_result_layout(monkeypatch):

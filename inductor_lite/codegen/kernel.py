@@ -420,19 +420,20 @@ class KernelCodegen(OpsHandler):
     def _eviction_policy(self, name: str, index: Expr) -> str:
         """The cache hint of a load at ``index`` (simplified) of ``name``, after
         TorchInductor's rules: values other rows or programs read again (a broadcast:
-        the index misses one of the kernel's axes, or the buffer is smaller than the
-        domain) stay in cache longest; a reduction's row loaded in several passes (a
-        looped reduction) stays until its last pass, which `_resolve_eviction` decides
-        once the kernel is written. Hints never change results."""
+        the index misses one of the kernel's axes, or tells fewer of its positions apart
+        than it has, as a bias at ``xindex % 768`` does) stay in cache longest; a
+        reduction's row loaded in several passes (a looped reduction) stays until its
+        last pass, which `_resolve_eviction` decides once the kernel is written. Hints
+        never change results."""
         symbols = index.free_symbols
         axes = symbols & self.tile_symbols
         for symbol in symbols & self.indirect_masks.keys():
             axes = axes | self.dims.get(symbol.name, self.tile_symbols)
-        if any(sympy.sympify(n) != 1 and s not in axes for s, n in self.ranges.items()):
-            return f", {_READ_AGAIN}"
-        layout = self.layouts(name)
-        if known_leq(storage_length(layout.size, layout.stride) + 1, self.numel * self.rnumel):
-            return f", {_READ_AGAIN}"
+        for symbol, n in self.ranges.items():
+            if sympy.sympify(n) == 1:
+                continue
+            if symbol not in axes or known_leq(_positions_told_apart(index, symbol, n) + 1, n):
+                return f", {_READ_AGAIN}"
         if self.is_reduction and RFLAT in axes:
             return f", {_EVICT_LATER}"
         return ""
@@ -1101,9 +1102,25 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid))
 
 
+def _positions_told_apart(index: Expr, symbol: sympy.Symbol, n: Expr) -> Expr:
+    """An upper bound on how many of ``symbol``'s ``n`` positions ``index`` maps to
+    different values: ``n`` where ``symbol`` appears bare or in an atom other than
+    ``symbol // d`` or ``(symbol // d) % m``; else the product of those atoms' ranges
+    (``xindex % 768``: 768)."""
+    atoms = [a for a in index.atoms(FloorDiv, ModularIndexing) if symbol in a.free_symbols]
+    if not atoms or symbol in index.xreplace({a: sympy.Integer(0) for a in atoms}).free_symbols:
+        return n
+    count = sympy.Integer(1)
+    for atom in atoms:
+        if atom.args[0] != symbol:
+            return n
+        count *= atom.args[2] if isinstance(atom, ModularIndexing) else CeilToInt(sympy.Rational(1) * n / atom.args[1])
+    return count
+
+
 def _resolve_eviction(lines: list[str]) -> list[str]:
     """``lines`` with each deferred eviction hint decided (`KernelCodegen._eviction_policy`):
-    ``evict_last`` where a later line loads the same buffer again, ``evict_first`` on
+    ``evict_last`` where a later line loads the same pointer again (at any index), ``evict_first`` on
     the last of several loads, none on a buffer's only load. Unlike TorchInductor, a row
     read once gets no hint: on an H100, ``evict_first`` there cost bf16 norms and
     softmax about 2% (docs/performance.md, 2026-11-26 sixth session)."""
@@ -1121,6 +1138,7 @@ def _resolve_eviction(lines: list[str]) -> list[str]:
                 line = line.replace(_EVICT_LATER, _READ_ONCE)
             else:
                 line = line.replace(f", {_EVICT_LATER}", "")
+        assert _EVICT_LATER not in line, line
         resolved.append(line)
     return resolved
 

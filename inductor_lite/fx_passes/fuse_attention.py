@@ -57,6 +57,7 @@ A plain ``_softmax`` gives NaN there; the fused kernels give zeros, so a match o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 from typing import Optional
@@ -429,6 +430,7 @@ def _emit(gm: torch.fx.GraphModule, match: _Match) -> Optional[torch.fx.Node]:
         return None  # a reshape to symbolic sizes would need their SymInt nodes
     build = GraphBuilder(gm, match.output)
     mask = match.mask
+    built = []  # the mask's nodes, erased again if no fused call is emitted
     if mask is not None:
         source = _cast_source(mask)
         if source is not None and tensor_val(source).dtype == q.dtype:
@@ -439,12 +441,16 @@ def _emit(gm: torch.fx.GraphModule, match: _Match) -> Optional[torch.fx.Node]:
                 # in fp16, and a fully masked row then gives zeros, not eager's mean
                 return None
             mask = build.call(aten._to_copy.default, mask, dtype=q.dtype)
+            built.append(mask)
         # the fused ops take 2-D or 4-D masks that broadcast to [B, H, L, S]
         while tensor_val(mask).dim() not in (2, 4):
             mask = build.call(aten.unsqueeze.default, mask, 0)
+            built.append(mask)
     result = FUSED_CALLS[q.device.type](build, match, mask)
     if result is None:
-        return None  # the nodes built so far are dead: the caller removes them
+        for node in reversed(built):
+            gm.graph.erase_node(node)
+        return None
     if reshape:  # the fused output may not be viewable as [B * H, L, Ev]
         result = build.call(aten.clone.default, result, memory_format=torch.contiguous_format)
         result = build.call(aten.view.default, result, list(out.shape))
@@ -468,33 +474,46 @@ def _cpu_call(build: GraphBuilder, match: _Match, mask: Optional[torch.fx.Node])
 def fused_sdp_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
                      scale: float) -> Optional[int]:
     """torch's attention kernel pick (a `torch.nn.attention.SDPBackend` value) for CUDA
-    tensors with the sizes, strides and dtypes of the fake tensors given, as
-    ``scaled_dot_product_attention`` makes it at run time. The pick is asked of real
-    (uninitialised) tensors allocated for the purpose: on fake ones ``_fused_sdp_choice``
-    always answers math (checked on an H100, torch 2.11). None where it cannot be asked:
-    no GPU, symbolic sizes, or an error."""
+    tensors with the sizes, strides and dtypes of the (fake) tensors given, as
+    ``scaled_dot_product_attention`` makes it at run time under the current backend
+    flags; ``SDPBackend.ERROR`` where the pick raises (no backend fits: the call would
+    fail too) or the tensors cannot be allocated. None where it cannot be asked: no GPU,
+    or symbolic sizes. The pick is asked of real, uninitialised tensors, once per layout
+    and flags: on fake ones ``_fused_sdp_choice`` answers math whatever the tensors
+    (checked on an H100, torch 2.11)."""
     tensors = [t for t in (q, k, v, mask) if t is not None]
     if not torch.cuda.is_available() or not all(is_concrete(t) for t in tensors):
         return None
+    layouts = tuple(None if t is None else (tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+                    for t in (q, k, v, mask))
+    flags = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled(),
+             torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())
+    return _pick(layouts, scale, flags)
+
+
+@functools.lru_cache(maxsize=256)
+def _pick(layouts: tuple, scale: float, flags: tuple) -> int:
+    """`fused_sdp_choice` for one set of layouts and backend flags (``flags`` is part of
+    the cache key only)."""
     try:
         with unset_fake_temporarily():
-            q, k, v, mask = (None if t is None else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
-                                                                        device=t.device)
-                             for t in (q, k, v, mask))
-            return int(torch.ops.aten._fused_sdp_choice.default(q, k, v, mask, 0.0, False, scale=scale))
+            real = [None if layout is None else torch.empty_strided(layout[0], layout[1], dtype=layout[2],
+                                                                    device=layout[3])
+                    for layout in layouts]
+            return int(torch.ops.aten._fused_sdp_choice.default(*real, 0.0, False, scale=scale))
     except RuntimeError:
-        return None
+        return int(SDPBackend.ERROR)
 
 
 def _cuda_call(build: GraphBuilder, match: _Match, mask: Optional[torch.fx.Node]) -> Optional[torch.fx.Node]:
     """The composite op, and a fake output with the fused kernels' layout: ``(B, L, H, E)``
     memory seen as ``(B, H, L, E)`` (the wrapper copies where the run-time pick differs).
     None where torch would pick its math kernels for these tensors (T5's decoder
-    attention, with its position bias): those run as a dozen eager kernels, where the
-    pattern left alone compiles into fused ones."""
+    attention in the model suite), which run as a dozen eager kernels where the pattern
+    left alone compiles into fused ones, or where no kernel fits (the call would fail)."""
     choice = fused_sdp_choice(*(tensor_val(n) for n in (match.q, match.k, match.v)),
                               None if mask is None else tensor_val(mask), match.scale)
-    if choice == int(SDPBackend.MATH):
+    if choice in (int(SDPBackend.MATH), int(SDPBackend.ERROR)):
         return None
     node = build.call(aten.scaled_dot_product_attention.default, match.q, match.k, match.v,
                       attn_mask=mask, dropout_p=0.0, is_causal=False, scale=match.scale)

@@ -39,7 +39,7 @@ def split_conv_bias(gm: torch.fx.GraphModule, force: bool = False) -> int:
         x, w, bias, *rest = node.args
         build = GraphBuilder(gm, node)
         conv = build.call(aten.convolution.default, x, w, None, *rest)
-        shape = [out.shape[1]] + [1] * (out.dim() - 2)
+        shape = [-1] + [1] * (out.dim() - 2)  # -1, not a channel count that may be a SymInt
         replace_node(gm, node, build.call(aten.add.Tensor, conv, build.call(aten.view.default, bias, shape)))
         count += 1
     return count
