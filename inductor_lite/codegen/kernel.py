@@ -1122,8 +1122,8 @@ def _resolve_eviction(lines: list[str]) -> list[str]:
     """``lines`` with each deferred eviction hint decided (`KernelCodegen._eviction_policy`):
     ``evict_last`` where a later line loads the same pointer again (at any index), ``evict_first`` on
     the last of several loads, none on a buffer's only load. Unlike TorchInductor, a row
-    read once gets no hint: on an H100, ``evict_first`` there cost bf16 norms and
-    softmax about 2% (docs/performance.md, 2026-11-26 sixth session)."""
+    read once gets no hint: ``evict_first`` there made bf16 norms and softmax slower
+    (docs/performance.md, sixth session)."""
     loads: dict[str, list[int]] = {}
     for i, line in enumerate(lines):
         for ptr in _LOAD_POINTER.findall(line):

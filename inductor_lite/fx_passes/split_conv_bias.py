@@ -2,10 +2,10 @@
 ``convolution(x, w, None) + b.view(C, 1, ..)``.
 
 cuDNN adds a bias in a kernel of its own for many convolutions, and for channels-last
-outputs (depthwise convolutions especially) that is a slow broadcast add: in timm's
-ConvNeXt-tiny (bf16 inference, batch 32, H100) 22 such kernels took 0.24 ms of the 2.7
-ms a call. Split, the add is a pointwise node, which fuses into the kernel that reads
-the convolution's output (ConvNeXt's LayerNorm, a ReLU). The fact is TorchInductor's
+outputs (depthwise convolutions especially) that is a slow broadcast add (timm's
+ConvNeXt-tiny: docs/performance.md, sixth session). Split, the add is a pointwise node,
+which fuses into the kernel that reads the convolution's output (ConvNeXt's LayerNorm, a
+ReLU). The fact is TorchInductor's
 (``kernel/conv.py``: "peel off the bias, cudnn is slower with it", for every device
 but the CPU).
 

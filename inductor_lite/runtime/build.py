@@ -1,8 +1,8 @@
 """One kernel binary from block IR: our NVPTX lowering, then the PTX assembler.
 
 Pure (no cache, counter, log or CUDA context) and free of torch, so that compile
-workers (`compile_pool`) import only the DSL compiler: a worker then starts in about a
-third of the time and memory an import of torch takes.
+workers (`compile_pool`) import only the DSL compiler, not torch: a worker's start then
+costs a fraction of a second.
 """
 
 from __future__ import annotations
