@@ -291,7 +291,7 @@ def _lower(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str) -> tup
         kernel_dir = dump_graph(
             config.debug_dir, graph_id, kind,
             fx_graph=gm.print_readable(print_output=False),
-            ir_pre_fusion=scheduler.pre_fusion_text,
+            ir_pre_fusion=scheduler.pre_fusion_text(),
             ir_post_fusion=scheduler.post_fusion_text(),
             memory_plan=code.memory_plan.describe(),
             output_code=code.source,

@@ -188,7 +188,7 @@ def test_schedule_respects_dependencies_and_plans_frees():
 
 def test_pre_and_post_fusion_text():
     sched = schedule(lambda x: (lambda a: (a + 1, a * 2))(x.exp()), torch.randn(4, 6))
-    assert "ComputedBuffer" in sched.pre_fusion_text
+    assert "ComputedBuffer" in sched.pre_fusion_text()
     post = sched.post_fusion_text()
     assert "[removed]" in post and "kernel group" in post
 

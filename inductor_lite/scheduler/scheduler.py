@@ -29,7 +29,7 @@ from ..ir.nodes import (
     Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, Scan, format_node, iter_ir_leaves, resplit_reduction,
     underlying_buffer,
 )
-from ..logs import log_artifact
+from ..logs import artifact_enabled, log_artifact
 from .dependencies import ReadWrites, StarDep, column_read_writes, extract_read_writes
 from . import mix_order
 from .fusion import KernelGroup, fuse_groups
@@ -125,13 +125,13 @@ class Scheduler:
             else:
                 raise TypeError(f"cannot schedule {type(buffer).__name__} {buffer.name}")
         self.nodes = self._split_for_mix_order(self._dead_code_elimination(nodes))
-        self.pre_fusion_text = "\n\n".join(format_node(n.node) for n in self.nodes)
         self.dag = self._build_graph()
         fuse_groups(self.dag, self._numel_of, lambda msg: log_artifact("fusion", msg))
         self.steps: list[Step] = list(nx.lexicographical_topological_sort(self.dag, key=lambda s: s.order))
         self.removed_buffers = self._removable_buffers()
         self.frees = self._plan_frees()
-        log_artifact("schedule", self.describe())
+        if artifact_enabled("schedule"):
+            log_artifact("schedule", self.describe())
 
     def _numel_of(self, name: str) -> Expr:
         buffer = self.buffers.get(name) or self.graph.graph_inputs[name]
@@ -227,6 +227,11 @@ class Scheduler:
             if self.frees.get(i):
                 lines.append(f"   free {', '.join(self.frees[i])}")
         return "\n".join(lines)
+
+    def pre_fusion_text(self) -> str:
+        """IR before fusion, one node after another (the ``ir_pre_fusion.txt`` dump;
+        fusion groups the nodes and leaves their IR as it was)."""
+        return "\n\n".join(format_node(n.node) for n in self.nodes)
 
     def post_fusion_text(self) -> str:
         """IR after fusion, grouped by step (the ``ir_post_fusion.txt`` dump)."""
