@@ -414,11 +414,11 @@ class KernelCodegen(OpsHandler):
                 mask = f", mask={self._index_mask(index)}"
         else:
             mask = f", mask={self._mask(index)}"
-        policy = self._eviction_policy(name, simplified)
+        policy = self._eviction_policy(simplified)
         return self._emit(f"dl.load({ptr} + ({self.index_str(index)}){mask}{policy})", dtype)
 
-    def _eviction_policy(self, name: str, index: Expr) -> str:
-        """The cache hint of a load at ``index`` (simplified) of ``name``, after
+    def _eviction_policy(self, index: Expr) -> str:
+        """The cache hint of a load at ``index`` (simplified), after
         TorchInductor's rules: values other rows or programs read again (a broadcast:
         the index misses one of the kernel's axes, or tells fewer of its positions apart
         than it has, as a bias at ``xindex % 768`` does) stay in cache longest; a
@@ -1114,7 +1114,7 @@ def _positions_told_apart(index: Expr, symbol: sympy.Symbol, n: Expr) -> Expr:
     for atom in atoms:
         if atom.args[0] != symbol:
             return n
-        count *= atom.args[2] if isinstance(atom, ModularIndexing) else CeilToInt(sympy.Rational(1) * n / atom.args[1])
+        count *= atom.args[2] if isinstance(atom, ModularIndexing) else CeilToInt(sympy.sympify(n) / atom.args[1])
     return count
 
 
