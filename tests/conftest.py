@@ -1,11 +1,17 @@
-"""Shared test setup: `gpu`-marked tests are skipped on machines without CUDA, and each
-test gets an empty cache directory, so no test loads a graph or binary that another
-test compiled (a test that patches a lowering must see it run)."""
+"""Shared test setup: `gpu`-marked tests are skipped on machines without CUDA, torch's
+MKL math is resolved single-threaded first, and each test gets an empty cache
+directory, so no test loads a graph or binary that another test compiled (a test that
+patches a lowering must see it run)."""
 
 import pytest
 import torch
 
 from inductor_lite.config import config as inductor_lite_config
+from inductor_lite.dsl.interpreter import resolve_math_dispatch
+
+# Eager references are computed with the same MKL math as the interpreter; resolve its
+# dispatch before any test's first multi-threaded call (pytorch/pytorch#188792).
+resolve_math_dispatch()
 
 
 def pytest_collection_modifyitems(config, items):

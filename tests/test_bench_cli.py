@@ -7,6 +7,7 @@ a PNG; the other tests check the accuracy rule, error handling and the outputs i
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.machinery
 import json
 import math
@@ -307,3 +308,20 @@ def test_measure_model_times_each_backend_beside_eager_when_all_at_once_run_out_
     assert timings == [3, 2, 2]  # together, then each beside eager
     assert [r.status for r in rows] == ["ok", "ok"] and all(r.speedup > 0 for r in rows)
     assert all("timed beside eager alone" in r.note for r in rows)
+
+
+def test_fresh_process_warm_start_loads_the_cold_compile_from_disk():
+    from inductor_lite.bench.measure import Workload, fresh_disk_cache, fresh_process_first_call
+
+    with fresh_disk_cache("inductor_lite"):
+        rows = list(measure_model(MODELS["mlp"], ["inductor_lite"], dataclasses.replace(_TINY, fresh_process=True)))
+        assert rows[0].status == "ok" and rows[0].compile_fresh_s is not None
+        work = Workload(MODELS["mlp"], _TINY, references=False)
+        cold_s, cold = fresh_process_first_call(work, "inductor_lite")
+        warm_s, warm = fresh_process_first_call(work, "inductor_lite")
+    # A new process with an empty cache compiles; one with the cache filled loads (through
+    # AOTAutograd's cache, which holds our compiled graph, or our own graph cache).
+    assert cold["graph_cache_misses"] >= 1 and not cold.get("aot_cache_hits")
+    assert warm.get("aot_cache_hits", 0) + warm.get("graph_cache_hits", 0) >= 1
+    assert not warm.get("graph_cache_misses")
+    assert cold_s > 0 and warm_s > 0

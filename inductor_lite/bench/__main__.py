@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations before timing (default: 5)")
     parser.add_argument(
+        "--fresh-process", action="store_true",
+        help="also time a warm compile in a new process from the filled disk caches (what a second run of a "
+        "script pays): the third compile column",
+    )
+    parser.add_argument(
         "--profile", action="store_true",
         help="instead of the speedup table, profile each model and backend with torch.profiler: wall, host "
         "and GPU busy time per call, GPU time of generated, GEMM, convolution, attention and other kernels, "
@@ -135,6 +140,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         settings = Settings(
             mode=args.mode, dtype=args.dtype, device=args.device, batch_size=args.batch_size,
             repeat=args.repeat, warmup=args.warmup, tiny=args.tiny, seed=args.seed, compile_mode=args.compile_mode,
+            fresh_process=args.fresh_process,
         )
         if args.profile_calls < 1 or args.top < 0:
             raise ValueError(f"need --profile-calls >= 1 and --top >= 0, got {args.profile_calls} and {args.top}")

@@ -22,7 +22,9 @@ in pytorch/pytorch), reimplemented here:
   ``reset_peak_memory_stats``; the ratio is eager peak / compiled peak.
 - compile latency: time of the first call minus eager's median iteration time. Cold:
   an empty on-disk cache; warm: the same cache directory after ``torch._dynamo.reset()``
-  with the backend's in-memory caches cleared. One compile each, so no spread.
+  with the backend's in-memory caches cleared; with ``Settings.fresh_process``, also a
+  warm start in a new process from the same cache directory (`fresh_start`), which is
+  what a user's second run pays. One compile each, so no spread.
 
 A training iteration is ``zero_grad``, forward, mean cross-entropy loss, backward; the
 optimizer step is left out because it runs outside the compiled module.
@@ -35,7 +37,10 @@ import copy
 import dataclasses
 import gc
 import logging
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Callable, Iterator
@@ -92,6 +97,7 @@ class Settings:
         seed: seeds weights and inputs.
         compile_mode: ``torch.compile``'s ``mode`` (one of `COMPILE_MODES`) for every
             compiled backend.
+        fresh_process: also time a warm compile in a fresh process (`fresh_start`).
 
     Raises:
         ValueError: an unknown mode, dtype, device or compile mode, or a count out of range.
@@ -106,6 +112,7 @@ class Settings:
     tiny: bool = False
     seed: int = 0
     compile_mode: str = "default"
+    fresh_process: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -139,7 +146,8 @@ class Result:
     the per-round ratios eager / compiled, ``speedup_q1``/``speedup_q3`` their
     quartiles. Times: ``eager_ms`` and ``compiled_ms`` are median wall times per
     iteration in milliseconds, ``*_iqr_ms`` their interquartile ranges;
-    ``compile_*_s`` seconds (one compile each); memory in MiB (CUDA only). ``kernels``, ``fallbacks`` (aten extern calls) and
+    ``compile_*_s`` seconds (one compile each; ``compile_fresh_s`` the warm compile in
+    a fresh process, when measured); memory in MiB (CUDA only). ``kernels``, ``fallbacks`` (aten extern calls) and
     ``graph_fallbacks`` (graphs run eagerly) come from ``inductor_lite.counters`` during
     the cold compile and are empty for other backends.
     """
@@ -162,6 +170,7 @@ class Result:
     compiled_iqr_ms: float | None = None
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
+    compile_fresh_s: float | None = None
     eager_peak_mib: float | None = None
     compiled_peak_mib: float | None = None
     memory_ratio: float | None = None
@@ -366,7 +375,7 @@ class Workload:
     """
 
     def __init__(self, spec: ModelSpec, settings: Settings, references: bool = True):
-        self.settings = settings
+        self.spec, self.settings = spec, settings
         self.device = torch.device(settings.device)
         self.autocast_dtype = torch.bfloat16 if settings.dtype == "amp" else None
         model = spec.build(settings.tiny, settings.seed)
@@ -468,7 +477,7 @@ def compile_module(module: nn.Module, backend: str, compile_mode: str = "default
     return torch.compile(module, backend=backend, mode=None if compile_mode == "default" else compile_mode)
 
 
-def _compile_and_run(work: Workload, backend: str) -> tuple[nn.Module, nn.Module, Any, float]:
+def compile_and_run(work: Workload, backend: str) -> tuple[nn.Module, nn.Module, Any, float]:
     """Compile a fresh copy of the eager module and run its first iteration.
 
     Returns:
@@ -482,6 +491,29 @@ def _compile_and_run(work: Workload, backend: str) -> tuple[nn.Module, nn.Module
     return module, compiled, out, seconds
 
 
+def fresh_process_first_call(work: Workload, backend: str, timeout_s: float = 1800) -> tuple[float, dict]:
+    """Wall seconds of ``backend``'s first call of ``work``'s model in a new Python process
+    (`fresh_start`), with the disk caches this process's environment points at, and the
+    child's ``inductor_lite.counters``.
+
+    Raises:
+        RuntimeError: the child failed (its last stderr lines in the message) or ran
+            past ``timeout_s``.
+    """
+    request = json.dumps({"model": work.spec.name, "backend": backend,
+                          "settings": dataclasses.asdict(work.settings)})
+    command = [sys.executable, "-m", "inductor_lite.bench.fresh_start", request]
+    try:
+        child = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as error:
+        raise RuntimeError(f"fresh-process warm start ran past {timeout_s:.0f} s") from error
+    if child.returncode != 0:
+        tail = " | ".join(child.stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"fresh-process warm start exited with {child.returncode}: {tail}")
+    reply = json.loads(child.stdout.strip().splitlines()[-1])
+    return reply["first_call_s"], reply["counters"]
+
+
 def _record_lite_counters(row: Result) -> None:
     from inductor_lite.counters import counters
 
@@ -491,11 +523,12 @@ def _record_lite_counters(row: Result) -> None:
         row.note = f"{row.graph_fallbacks} graph(s) ran eagerly"
 
 
-def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, float]:
+def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, float, float | None]:
     """Fill ``row``'s accuracy and peak memory for ``backend`` (its speed is timed later,
-    with every contender: `_time_together`); returns the wall seconds of its cold and
-    warm first calls. Raises whatever the backend raises. The caller holds
-    ``backend``'s `fresh_disk_cache` open."""
+    with every contender: `_time_together`); returns the wall seconds of its cold, warm
+    and fresh-process warm first calls (the last None unless ``Settings.fresh_process``).
+    Raises whatever the backend raises. The caller holds ``backend``'s
+    `fresh_disk_cache` open."""
     settings, device = work.settings, work.device
     # Cold: an empty disk cache and nothing compiled in memory.
     reset_compiler(backend)
@@ -503,14 +536,16 @@ def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, 
         from inductor_lite.counters import reset
 
         reset()
-    cold_first_s = _compile_and_run(work, backend)[-1]
+    cold_first_s = compile_and_run(work, backend)[-1]
     if backend == "inductor_lite":
         _record_lite_counters(row)
+
+    fresh_first_s = fresh_process_first_call(work, backend)[0] if settings.fresh_process else None
 
     # Warm: the disk cache the cold compile filled, in-memory state dropped again.
     reset_compiler(backend)
     gc.collect()
-    module, compiled, out, warm_first_s = _compile_and_run(work, backend)
+    module, compiled, out, warm_first_s = compile_and_run(work, backend)
     failure = check_accuracy(work.eager_ref, work.results(module, out), work.fp64_ref, TOLERANCE[settings.mode])
     del out
     row.accuracy = ACCURACY_PASS if not failure else ACCURACY_FAIL
@@ -530,7 +565,7 @@ def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, 
         row.memory_ratio = eager_peak / compiled_peak
 
     row.status = STATUS_OK
-    return cold_first_s, warm_first_s
+    return cold_first_s, warm_first_s, fresh_first_s
 
 
 def _time_together(work: Workload, rows: list[Result]) -> float:
@@ -572,7 +607,7 @@ def _time_in_rounds(work: Workload, rows: list[Result], oom_raises: bool) -> flo
     contenders, timed = [lambda: work.run(work.eager)], []
     for row in rows:
         try:
-            module, compiled, out, _ = _compile_and_run(work, row.backend)
+            module, compiled, out, _ = compile_and_run(work, row.backend)
             del out
             work.drop_grads(module)
             contenders.append(work.iteration(compiled, settings.compile_mode))
@@ -663,8 +698,10 @@ def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> I
     for result in results:
         if result.backend in first_calls and eager_s is not None:
             # As the dynamo benchmarks do: the first call's time less one eager iteration.
-            cold_s, warm_s = first_calls[result.backend]
+            cold_s, warm_s, fresh_s = first_calls[result.backend]
             result.compile_cold_s, result.compile_warm_s = cold_s - eager_s, warm_s - eager_s
+            if fresh_s is not None:
+                result.compile_fresh_s = fresh_s - eager_s
     yield from results
     del work
     cleanup(device)

@@ -146,6 +146,12 @@ def _pair(a: float | None, b: float | None, spec: str) -> str:
     return "-" if a is None and b is None else f"{_fmt(a, spec)} / {_fmt(b, spec)}"
 
 
+def _compile_times(r: Result) -> str:
+    """``cold / warm``, and ``/ fresh`` (warm start in a new process) when measured."""
+    pair = _pair(r.compile_cold_s, r.compile_warm_s, ".2f")
+    return pair if r.compile_fresh_s is None else f"{pair} / {r.compile_fresh_s:.2f}"
+
+
 def _with_iqr(median: float | None, iqr: float | None, spec: str) -> str:
     """``median (IQR)``."""
     return "-" if median is None else f"{median:{spec}} ({_fmt(iqr, spec)})"
@@ -183,7 +189,7 @@ def print_summary(rows: list[Result], console: Any = None) -> None:
     table = rich_table.Table(title=_title("inductor_lite.bench", {r.compile_mode for r in rows}))
     headers = (
         "model", "backend", "status", "accuracy", "speedup [q1, q3]", "eager ms (IQR)", "compiled ms (IQR)",
-        "compile s cold / warm", "mem ratio", "kernels / externs", "note",
+        "compile s cold / warm / fresh", "mem ratio", "kernels / externs", "note",
     )
     text_columns = ("model", "backend", "status", "accuracy", "note")
     for header in headers:
@@ -196,7 +202,7 @@ def print_summary(rows: list[Result], console: Any = None) -> None:
             f"[{accuracy_style}]{r.accuracy}[/]" if r.accuracy else "-",
             _with_quartiles(r.speedup, r.speedup_q1, r.speedup_q3, ".2f"),
             _with_iqr(r.eager_ms, r.eager_iqr_ms, ".3f"), _with_iqr(r.compiled_ms, r.compiled_iqr_ms, ".3f"),
-            _pair(r.compile_cold_s, r.compile_warm_s, ".2f"), _fmt(r.memory_ratio, ".2f"),
+            _compile_times(r), _fmt(r.memory_ratio, ".2f"),
             _pair(r.kernels, r.fallbacks, "d"), escape(r.note),
         )
     console.print(table)

@@ -30,6 +30,7 @@ PTX's ``sqrt.rn`` (and eager CUDA's ``sqrtf``) is IEEE.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from dataclasses import dataclass
@@ -86,6 +87,25 @@ _SIMPLE_BINARY = {
     "shl": torch.bitwise_left_shift, "shr": torch.bitwise_right_shift,
     "maximum": torch.maximum, "minimum": torch.minimum,
 }
+
+
+@functools.cache
+def resolve_math_dispatch() -> None:
+    """Call every float math function of the tables once, on one element, single-threaded.
+
+    On MKL builds torch runs float32/float64 math (``erf``, ``log``, ``sqrt``, ...) through
+    MKL VML, which picks each function's kernel on its first call. When that first call
+    comes from several intra-op threads at once, one thread can run a low-accuracy kernel
+    over its whole chunk (errors of ~1e-4 in ``erf``: pytorch/pytorch#188792, oneMKL
+    2024.2). A kernel's first math op on a block of 2048+ elements is such a call, so the
+    interpreter resolves the dispatch first, as the upstream fix does. Runs once a process.
+    """
+    for dtype in (torch.float32, torch.float64):
+        one = torch.ones(1, dtype=dtype)
+        for fn in _UNARY.values():
+            fn(one)
+        for fn in _BINARY_MATH.values():
+            fn(one, one)
 
 
 class _Ptr:
@@ -258,6 +278,7 @@ class _Interpreter:
         self.grid = grid + (1,) * (3 - len(grid))
         self.device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
         self.plan = _plan(fn)
+        resolve_math_dispatch()
         self.env: dict[ir.Value, Any] = {}
         for spec, value, a in zip(fn.args, fn.arg_values, args):
             self.env[value] = self._bind_arg(spec, a)
