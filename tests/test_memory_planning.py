@@ -76,6 +76,15 @@ def poison_reused(monkeypatch):
     monkeypatch.setattr(WrapperCodegen, "_render", poisoning_render)
 
 
+@pytest.fixture
+def planned_only(monkeypatch):
+    """No kernel writes over an extern output in place, so that the rules for the
+    wrapper's own buffers show alone (most tests make those with ``relu(x @ w)``);
+    extern outputs as donors: `test_a_kernel_writes_over_the_extern_output_it_reads`."""
+    reusable = WrapperCodegen._reusable_buffers
+    monkeypatch.setattr(WrapperCodegen, "_reusable_buffers", lambda self: (reusable(self)[0], set()))
+
+
 def run(code, *inputs):
     call, _ = load_module(code)
     return call([x.clone() for x in inputs])
@@ -119,6 +128,22 @@ def check_plan(plan, scheduler):
 def test_a_chain_of_layers_reuses_one_buffer(poison_reused):
     def fn(x, w):
         for _ in range(4):
+            x = torch.relu((x @ w).t())  # read across the mm's output: not in place over it
+        return x
+
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+    code, scheduler = build(fn, x, w)
+    plan = code.memory_plan
+    check_plan(plan, scheduler)
+    # each relu writes into the storage of the one before (dead after the mm reading it)
+    assert len(plan.allocations()) == 1 and len(plan.reuses()) == 3
+    assert not any(line.inplace for line in plan.reuses())
+    assert_matches(code, fn, torch.randn(16, 16), torch.randn(16, 16))
+
+
+def test_a_kernel_writes_over_the_extern_output_it_reads(poison_reused):
+    def fn(x, w):
+        for _ in range(4):
             x = torch.relu(x @ w)
         return x
 
@@ -126,13 +151,40 @@ def test_a_chain_of_layers_reuses_one_buffer(poison_reused):
     code, scheduler = build(fn, x, w)
     plan = code.memory_plan
     check_plan(plan, scheduler)
-    # each relu writes into the storage of the one before (dead after the mm reading it)
-    assert len(plan.allocations()) == 1 and len(plan.reuses()) == 3
-    assert not any(line.inplace for line in plan.reuses())
+    # every relu takes the mm output it reads (a new tensor, dead after it): no allocation
+    assert not plan.allocations() and len(plan.reuses()) == 4
+    assert all(line.inplace and line.old.name.startswith("buf") for line in plan.reuses())
     assert_matches(code, fn, torch.randn(8, 16), torch.randn(16, 16))
 
 
-def test_inplace_over_a_dead_input_of_the_same_layout(poison_reused):
+def test_conv_then_batch_norm_relu_runs_in_the_convolution_output(poison_reused):
+    conv, bn = nn.Conv2d(4, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8).eval()
+    bn.running_mean.normal_(), bn.running_var.uniform_(0.5, 2)
+
+    def fn(x):
+        return torch.relu(bn(conv(x)))
+
+    x = torch.randn(2, 4, 10, 10)
+    with torch.no_grad():
+        code, scheduler = build(fn, x, mode="real")
+        (reuse,) = code.memory_plan.reuses()
+        assert reuse.inplace and not code.memory_plan.allocations()
+        check_plan(code.memory_plan, scheduler)
+        assert_matches(code, lambda x: fn(x), torch.randn(2, 4, 10, 10))
+
+
+def test_an_extern_output_is_taken_in_place_only_as_it_is(poison_reused):
+    def fn(x, w):
+        return torch.relu((x @ w).view(2, 4, 16))  # same bytes and element order, other shape
+
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    code, scheduler = build(fn, x, w)
+    check_plan(code.memory_plan, scheduler)
+    assert not code.memory_plan.reuses() and len(code.memory_plan.allocations()) == 1
+    assert_matches(code, fn, torch.randn(8, 16), torch.randn(16, 16))
+
+
+def test_inplace_over_a_dead_input_of_the_same_layout(poison_reused, planned_only):
     def fn(x, w, v):
         d = torch.relu(x @ w)
         return d * (d @ v)
@@ -192,7 +244,7 @@ def test_training_reuses_the_saved_logits_for_their_gradient(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["graph input", "read later", "transposed read", "graph output", "other dtype"])
-def test_no_inplace_when_unsafe(case, poison_reused):
+def test_no_inplace_when_unsafe(case, poison_reused, planned_only):
     def fn(x, w, v):
         d = torch.relu(x @ w)
         e = d @ v
@@ -213,7 +265,7 @@ def test_no_inplace_when_unsafe(case, poison_reused):
     assert_matches(code, fn, *(torch.randn(16, 16) for _ in range(3)))
 
 
-def test_looped_reductions_are_never_inplace(monkeypatch):
+def test_looped_reductions_are_never_inplace(monkeypatch, planned_only):
     monkeypatch.setattr(graph_lowering, "REALIZE_REUSED_OPS", -1)  # d is read by two kernels, not recomputed
     monkeypatch.setattr(reductions, "SPLIT_MIN_RNUMEL", 1 << 62)  # two long rows: one looped kernel, not split
 
@@ -234,7 +286,7 @@ def test_looped_reductions_are_never_inplace(monkeypatch):
     assert run(code, x, w)[1].isnan().any()
 
 
-def test_persistent_softmax_writes_over_its_dead_input(poison_reused):
+def test_persistent_softmax_writes_over_its_dead_input(poison_reused, planned_only):
     def fn(x, w):
         d = torch.relu(x @ w) * 3
         return torch.softmax(d + torch.sort(d, -1).values, dim=-1)  # reads d and dies there
@@ -246,7 +298,7 @@ def test_persistent_softmax_writes_over_its_dead_input(poison_reused):
     assert_matches(code, fn, torch.randn(8, 16), torch.randn(16, 32))
 
 
-def test_a_buffer_an_extern_view_aliases_is_not_reused(poison_reused, monkeypatch):
+def test_a_buffer_an_extern_view_aliases_is_not_reused(poison_reused, monkeypatch, planned_only):
     def fn(x, w, v):
         d = torch.relu(x @ w)
         u = d.unfold(0, 2, 2)  # an extern view of d: d's storage lives on in u
@@ -265,7 +317,7 @@ def test_a_buffer_an_extern_view_aliases_is_not_reused(poison_reused, monkeypatc
     torch.testing.assert_close(run(code, *inputs)[1], torch.relu(x @ v).unfold(0, 2, 2) * 2)
 
 
-def test_symbolic_sizes_reuse_only_provably_equal_storage(poison_reused):
+def test_symbolic_sizes_reuse_only_provably_equal_storage(poison_reused, planned_only):
     def fn(x, w, v):
         a = torch.relu(x @ w)  # (s0, s1)
         b = torch.relu(a @ v)  # (s0, s2): a's storage is not provably as large

@@ -20,13 +20,14 @@ rewrites the memory lines before any text is written, as TorchInductor's wrapper
   peak of the plan before reuse (TorchInductor's ``should_reuse_buffer``).
 - In place: an `AllocateLine` with an ``inplace_donor`` (chosen by `inplace_donors`:
   an input that dies at the kernel writing the output, same layout, each element read
-  only where the output's same element is written) becomes ``buf5 = buf2  # reuse buf2
+  only where the output's same element is written; a planned buffer, a donated input
+  or a new tensor an extern op returned) becomes ``buf5 = buf2  # reuse buf2
   in place``; the kernel gets both names, and the donor's free after the kernel becomes
   a plain ``del``.
 
 Only buffers the wrapper allocates are planned: graph inputs and constants belong to
 the caller, extern outputs are allocated by their aten op (`ExternAllocationLine` only
-counts their bytes), graph outputs are never freed, and a buffer an extern output may
+counts their bytes; a kernel may still write over one in place), graph outputs are never freed, and a buffer an extern output may
 alias (the op's schema says its result is a view) is freed with a plain `FreeLine`,
 since the view goes on using its storage.
 
@@ -308,7 +309,7 @@ def _live_bytes(lines: Sequence[Line], num_steps: int, size_hint: Callable[[Expr
 
 
 def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferSpec],
-                   single_pass: bool) -> dict[str, BufferSpec]:
+                   single_pass: bool, as_is: frozenset[str] | set[str] = frozenset()) -> dict[str, BufferSpec]:
     """For a kernel's outputs, inputs whose storage each may take: ``{output name: donor}``.
 
     An output ``O`` may be written over an input ``D`` (TorchInductor's in-place
@@ -324,7 +325,10 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
       the kernel, so the store of each element comes after every read of it;
     - the kernel makes one pass over its elements (``single_pass``: pointwise or
       persistent reduction), as a looped reduction recomputes values from its inputs in
-      later loops.
+      later loops;
+    - a donor named in ``as_is`` (an extern op's output, whose storage offset the
+      wrapper does not track) has exactly ``O``'s size and strides, so ``O`` is that
+      tensor itself rather than a reinterpreted view from the storage's start.
 
     Args:
         group: the `scheduler.fusion.KernelGroup` of the kernel.
@@ -332,6 +336,8 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
         dying: the inputs it reads from memory whose storage the wrapper owns and that
             nothing reads after it.
         single_pass: see above.
+        as_is: names among ``dying`` that only an output of the same size and strides
+            may take.
     """
     if not single_pass or not dying or not outputs:
         return {}
@@ -345,6 +351,8 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
         allowed = _ancestors_in_group(nodes, out.name) | {out.name}
         for donor in dying:
             if donor in donors.values() or not donor.same_storage(out):
+                continue
+            if donor.name in as_is and (donor.size, donor.stride) != (out.size, out.stride):
                 continue
             readers = {name for name, n in nodes.items() if donor.name in n.read_names()}
             reads = group.kernel_reads(donor.name, group.group, placements)

@@ -65,7 +65,7 @@ from typing import Any, Callable, Optional
 import sympy
 import torch
 
-from ..ir.nodes import Buffer, ComputedBuffer, Layout, MultiOutput, ReinterpretView, ScatterBuffer
+from ..ir.nodes import Buffer, ComputedBuffer, ExternKernel, Layout, MultiOutput, ReinterpretView, ScatterBuffer
 from ..scheduler.fusion import KernelGroup
 from ..scheduler.scheduler import Scheduler
 from .kernel import KernelSource, generate_kernel, is_persistent, reduction_axis
@@ -126,7 +126,8 @@ class WrapperCodegen:
         self.guard_device: Optional[torch.device] = None  # the CUDA device `call` runs under
         self.defined_symbols: set[sympy.Symbol] = set()
         self.used_symbols: set[sympy.Symbol] = set()
-        self.donors = self._reusable_buffers()  # buffers whose storage planning may hand on
+        # buffers whose storage planning may hand on; extern outputs a kernel may write over
+        self.donors, self.extern_donors = self._reusable_buffers()
         self.memory_plan: Optional[MemoryPlan] = None
         self.stride_checks: list[str] = []  # extern outputs whose layout `call` checks
         self.prebuild: list[tuple[str, tuple]] = []  # `WrapperCode.prebuild`
@@ -184,12 +185,18 @@ class WrapperCodegen:
             self.out.line(f"{symbol.name} = {getter}")
             self.defined_symbols.add(symbol)
 
-    def _reusable_buffers(self) -> set[str]:
-        """Buffers whose storage the wrapper may hand on once they are dead: those it
-        allocates and a backward's donated inputs (`GraphLowering.donated_inputs`, at
-        offset 0 of their storage), except what a graph output holds, what an extern
-        output may alias (a view made by an extern op goes on using its base's storage)
-        and the two names of a scatter's storage."""
+    def _reusable_buffers(self) -> tuple[set[str], set[str]]:
+        """``(donors, extern_donors)``: buffers whose storage the wrapper may hand on once
+        they are dead, and extern outputs a kernel may write over in place.
+
+        Donors are the buffers it allocates and a backward's donated inputs
+        (`GraphLowering.donated_inputs`, at offset 0 of their storage). Extern donors are
+        the results of extern ops that make a new tensor (the op's schema aliases no
+        input; a single result at offset 0), as a convolution's output is for the
+        normalisation that reads it: TorchInductor writes such kernels over the extern's
+        output too. Neither set holds what a graph output holds, what an extern output
+        may alias (a view made by an extern op goes on using its base's storage) or the
+        two names of a scatter's storage."""
         aliased = set()
         for step in self.scheduler.steps:
             if not isinstance(step, KernelGroup) and not isinstance(step.node, MultiOutput) \
@@ -202,7 +209,11 @@ class WrapperCodegen:
                  if isinstance(buf, ComputedBuffer) and name not in self.scheduler.removed_buffers}
         owned |= {name for name in self.graph.donated_inputs
                   if sympy.sympify(self.graph.graph_inputs[name].storage_offset) == 0}
-        return owned - set(self.scheduler.output_names) - aliased
+        externs = {name for name, buf in self.scheduler.buffers.items()
+                   if type(buf) is ExternKernel and buf.layout is not None and not may_alias_inputs(buf.op)
+                   and buf.storage_offset == 0 and name not in self.scheduler.removed_buffers}
+        kept = set(self.scheduler.output_names) | aliased
+        return owned - kept, externs - kept
 
     def _spec(self, name: str) -> BufferSpec:
         return BufferSpec.of(name, self._layout_of(name))
@@ -235,9 +246,9 @@ class WrapperCodegen:
             elif n.name not in self.scheduler.removed_buffers:
                 outputs.append(self._spec(n.name))
         dying = [self._spec(name) for name in sorted(group.reads() & set(self.scheduler.frees.get(step, ())))
-                 if name in self.donors]
+                 if name in self.donors or name in self.extern_donors]
         single_pass = not group.is_reduction or is_persistent(group, reduction_axis(group))
-        inplace = inplace_donors(group, outputs, dying, single_pass)
+        inplace = inplace_donors(group, outputs, dying, single_pass, as_is=self.extern_donors)
         for buf in outputs:
             self.out.memory(AllocateLine(step, buf, buf.name in self.scheduler.output_names, inplace.get(buf.name)))
         numel = sympy.sympify(kernel.numel)
