@@ -282,6 +282,9 @@ def test_write_results_json_and_bad_extension(tmp_path):
         (["--plot", "chart.svg"], "must be .png"),
         (["--repeat", "0"], "repeat must be >= 1"),
         (["--batch-size", "0"], "batch size must be >= 1"),
+        (["--jobs", "0"], "--jobs 0: need >= 1"),
+        (["--jobs", "2", "--profile"], "and 1 with --profile"),
+        (["--model-timeout", "60"], "--model-timeout needs --jobs > 1"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_problem(argv, message, capsys):
@@ -325,3 +328,33 @@ def test_fresh_process_warm_start_loads_the_cold_compile_from_disk():
     assert warm.get("aot_cache_hits", 0) + warm.get("graph_cache_hits", 0) >= 1
     assert not warm.get("graph_cache_misses")
     assert cold_s > 0 and warm_s > 0
+
+
+def test_jobs_measure_models_in_child_processes_in_suite_order(tmp_path):
+    out = tmp_path / "rows.json"
+    assert main(["--models", "mlp,gpt", "--tiny", "--device", "cpu", "--backends", "eager,inductor_lite",
+                 "--repeat", "1", "--warmup", "0", "--jobs", "2", "--output", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["model"], r["backend"]) for r in rows] == [
+        ("mlp", "eager"), ("mlp", "inductor_lite"), ("gpt", "eager"), ("gpt", "inductor_lite")]
+    assert all(r["status"] == "ok" and r["accuracy"] == "pass" for r in rows)
+    assert rows[1]["kernels"] and rows[0]["eager_ms"] == rows[1]["eager_ms"]  # one baseline a model
+
+
+def test_a_job_past_its_timeout_fails_only_its_own_rows():
+    from inductor_lite.bench.parallel import run_parallel
+
+    settings = dataclasses.replace(_TINY, device="cpu")
+    rows = run_parallel([MODELS["mlp"]], ["eager", "inductor_lite"], settings, jobs=2, timeout_s=0.01)
+    assert [(r.backend, r.status) for r in rows] == [("eager", "failed"), ("inductor_lite", "failed")]
+    assert all("ran past" in r.note for r in rows)
+
+
+def test_child_argv_reproduces_the_settings():
+    from inductor_lite.bench.__main__ import parse_args
+    from inductor_lite.bench.parallel import child_argv
+
+    settings = Settings(mode="training", dtype="amp", device="cpu", batch_size=3, repeat=7, warmup=2, tiny=True,
+                        seed=5, compile_mode="reduce-overhead", fresh_process=True)
+    _, specs, backends, parsed = parse_args(child_argv(settings, ["eager", "inductor_lite"]) + ["--models", "mlp"])
+    assert parsed == settings and backends == ["eager", "inductor_lite"] and [s.name for s in specs] == ["mlp"]

@@ -8,6 +8,7 @@ Examples::
         --backends eager,inductor_lite --repeat 3 --output out.json --plot out.png
     python -m inductor_lite.bench --models hf --dtype bf16 --compile-mode reduce-overhead
     python -m inductor_lite.bench --models gpt2,resnet50 --dtype bf16 --profile
+    python -m inductor_lite.bench --dtype bf16 --jobs 4 --model-timeout 900   # 4 GPUs, a model each
 
 Prints a table (one row per model and backend) and the geomean speedups; see
 `inductor_lite.bench.measure` for how each number is measured. With ``--profile`` it
@@ -31,6 +32,7 @@ import torch
 
 from .measure import COMPILE_MODES, DTYPES, MODES, Result, Settings, measure_model
 from .models import MODELS, SUITES, ModelSpec, resolve_models
+from .parallel import run_parallel, visible_gpus
 from .profile import ProfileRow, profile_model
 from .report import output_format, plot_speedups, print_profiles, print_summary, require, write_results
 
@@ -87,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu",
         help="default: cuda when available, else cpu",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1,
+        help="measure up to this many models at once, each in a child process; on CUDA each job has one GPU "
+        "of its own, so at most the visible GPUs (default: 1, in this process)",
+    )
+    parser.add_argument(
+        "--model-timeout", type=float,
+        help="with --jobs: seconds a model's child may run before its rows are marked failed (default: none)",
     )
     parser.add_argument("--tiny", action="store_true", help="tiny model configs (CPU smoke tests)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and inputs (default: 0)")
@@ -146,6 +157,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
             raise ValueError(f"need --profile-calls >= 1 and --top >= 0, got {args.profile_calls} and {args.top}")
         if args.profile and (args.output or args.plot):
             raise ValueError("--output and --plot write the speedup table, which --profile does not measure")
+        if args.jobs < 1 or args.profile and args.jobs > 1:
+            raise ValueError(f"--jobs {args.jobs}: need >= 1, and 1 with --profile")
+        if args.model_timeout is not None and (args.jobs == 1 or args.model_timeout <= 0):
+            raise ValueError("--model-timeout needs --jobs > 1 and a positive number of seconds")
         if args.output:
             output_format(args.output)
         if args.plot and os.path.splitext(args.plot)[1].lower() != ".png":
@@ -158,6 +173,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         parser.error(str(error))
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available (use --device cpu)")
+    if args.device == "cuda" and args.jobs > len(visible_gpus()):
+        parser.error(f"--jobs {args.jobs}: each CUDA job needs a GPU of its own, {len(visible_gpus())} visible")
     return args, specs, backends, settings
 
 
@@ -231,6 +248,26 @@ def run_profiles(specs: list[ModelSpec], backends: list[str], settings: Settings
     return rows
 
 
+def _run_jobs(specs: list[ModelSpec], backends: list[str], settings: Settings, args: argparse.Namespace,
+              on_row: Callable[[list[Result]], None] | None) -> list[Result]:
+    """`parallel.run_parallel`, printing each model's rows as it finishes and passing
+    ``on_row`` the finished models' rows (in suite order) each time."""
+    finished: list[Result] = []
+    order = {spec.name: i for i, spec in enumerate(specs)}
+
+    def on_model(rows: list[Result]) -> None:
+        for row in rows:
+            speedup = "-" if row.speedup is None else f"{row.speedup:.2f}x"
+            print(f"{row.model} / {row.backend}: {row.status}, accuracy {row.accuracy or '-'}, speedup {speedup}",
+                  flush=True)
+        finished.extend(rows)
+        finished.sort(key=lambda row: order[row.model])  # stable: backends keep their order
+        if on_row is not None:
+            on_row(finished)
+
+    return run_parallel(specs, backends, settings, args.jobs, args.model_timeout, args.verbose, on_model)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 once the run finished, whatever the rows say)."""
     args, specs, backends, settings = parse_args(argv)
@@ -248,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     meta = _metadata(backends, settings)
     # The output file is rewritten after every row, so a run cut short keeps what it measured.
     on_row = (lambda rows: write_results(rows, args.output, meta)) if args.output else None
-    rows = run(specs, backends, settings, on_row)
+    if args.jobs > 1:
+        rows = _run_jobs(specs, backends, settings, args, on_row)
+    else:
+        rows = run(specs, backends, settings, on_row)
     print_summary(rows)
     if args.output:
         print(f"results written to {args.output}")

@@ -189,7 +189,8 @@ def print_summary(rows: list[Result], console: Any = None) -> None:
     table = rich_table.Table(title=_title("inductor_lite.bench", {r.compile_mode for r in rows}))
     headers = (
         "model", "backend", "status", "accuracy", "speedup [q1, q3]", "eager ms (IQR)", "compiled ms (IQR)",
-        "compile s cold / warm / fresh", "mem ratio", "kernels / externs", "note",
+        "compile s cold / warm" + (" / fresh" if any(r.compile_fresh_s is not None for r in rows) else ""),
+        "mem ratio", "kernels / externs", "note",
     )
     text_columns = ("model", "backend", "status", "accuracy", "note")
     for header in headers:
