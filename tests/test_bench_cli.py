@@ -322,6 +322,7 @@ def test_fresh_process_warm_start_loads_the_cold_compile_from_disk():
         work = Workload(MODELS["mlp"], _TINY, references=False)
         cold_s, cold = fresh_process_first_call(work, "inductor_lite")
         warm_s, warm = fresh_process_first_call(work, "inductor_lite")
+    cold, warm = cold["counters"], warm["counters"]
     # A new process with an empty cache compiles; one with the cache filled loads (through
     # AOTAutograd's cache, which holds our compiled graph, or our own graph cache).
     assert cold["graph_cache_misses"] >= 1 and not cold.get("aot_cache_hits")
@@ -358,3 +359,17 @@ def test_child_argv_reproduces_the_settings():
                         seed=5, compile_mode="reduce-overhead", fresh_process=True)
     _, specs, backends, parsed = parse_args(child_argv(settings, ["eager", "inductor_lite"]) + ["--models", "mlp"])
     assert parsed == settings and backends == ["eager", "inductor_lite"] and [s.name for s in specs] == ["mlp"]
+
+
+def test_fresh_process_warm_start_of_inductor_hits_its_caches(monkeypatch):
+    # The child must compile under the parent's TF32 flags: inductor's cache keys hold them.
+    from inductor_lite.bench.measure import Workload, compile_and_run, fresh_disk_cache, fresh_process_first_call
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    work = Workload(MODELS["mlp"], _TINY, references=False)
+    with fresh_disk_cache("inductor"):
+        compile_and_run(work, "inductor")  # the cold compile, in this process
+        _, warm = fresh_process_first_call(work, "inductor")
+    torch._dynamo.reset()
+    assert warm["inductor_counters"].get("fxgraph_cache_hit", 0) >= 1
+    assert not warm["inductor_counters"].get("fxgraph_cache_miss")

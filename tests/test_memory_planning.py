@@ -459,3 +459,28 @@ def test_the_callers_gradient_is_never_written_over(fn):
     a.grad = None
     fn(a).backward(grad)
     torch.testing.assert_close(expected, a.grad)
+
+
+def test_an_extern_that_returns_its_input_is_never_written_over():
+    # aten.dequantize.self returns a float input itself, though its schema marks no alias
+    def fn(x, w):
+        return torch.dequantize(x).sin() @ w + x
+
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    x0 = x.clone()
+    compiled = torch.compile(fn, backend="inductor_lite")
+    first = compiled(x, w)
+    assert torch.equal(x, x0)  # the caller's input is untouched
+    torch.testing.assert_close(first, fn(x0, w))
+    torch.testing.assert_close(compiled(x, w), fn(x0, w))
+
+
+def test_only_ops_that_always_allocate_are_extern_donors():
+    from inductor_lite.codegen.memory_planning import returns_new_tensor
+
+    aten = torch.ops.aten
+    assert all(returns_new_tensor(op) for op in (aten.convolution.default, aten.mm.default, aten.addmm.default,
+                                                 aten.bmm.default, aten._to_copy.default, aten.clone.default))
+    # no alias in the schema, yet the input comes back; out= variants; views
+    assert not any(returns_new_tensor(op) for op in (aten.dequantize.self, aten.lift.default, aten.mm.out,
+                                                     aten.unfold.default, lambda x: x))

@@ -9,17 +9,24 @@ both compilers are timed from the same point.
 
 Usage (by `measure.fresh_process_first_call`, not by hand)::
 
-    python -m inductor_lite.bench.fresh_start '{"model": ..., "backend": ..., "settings": {...}}'
+    python -m inductor_lite.bench.fresh_start '{"model": ..., "backend": ..., "settings": {...},
+        "result": path, "matmul_tf32": bool, "cudnn_tf32": bool}'
 
-Prints one JSON line ``{"first_call_s": seconds, "counters": {...}}``: the wall time
-of the first iteration of the compiled module, compilation included, and
-``inductor_lite.counters`` afterwards (its cache hits and misses show what was loaded).
+Writes ``{"first_call_s": seconds, "counters": {...}, "inductor_counters": {...}}`` as
+JSON to ``result``: the wall time of the first iteration of the compiled module,
+compilation included, then ``inductor_lite.counters`` and TorchInductor's counters
+(``torch._dynamo.utils.counters["inductor"]``) afterwards: their cache hits and misses
+show what was loaded.
+The TF32 flags are set as the parent had them: they are part of inductor's cache keys.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
+
+import torch
 
 from ..counters import counters
 from .measure import Settings, Workload, compile_and_run
@@ -27,19 +34,23 @@ from .models import MODELS
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the request in ``argv[0]`` (JSON) and print the first call's seconds.
+    """Run the request in ``argv[0]`` (JSON) and write the first call's seconds.
 
     Raises:
         KeyError: an unknown model; whatever the model or the backend raises.
     """
     request = json.loads((sys.argv[1:] if argv is None else argv)[0])
     backend = request["backend"]
-    if backend == "inductor":
-        import torch._inductor.compile_fx  # noqa: F401 - imported before the clock, as inductor_lite is
+    torch.backends.cuda.matmul.allow_tf32 = request["matmul_tf32"]
+    torch.backends.cudnn.allow_tf32 = request["cudnn_tf32"]
+    if backend == "inductor":  # imported before the clock, as inductor_lite is
+        importlib.import_module("torch._inductor.compile_fx")
 
     work = Workload(MODELS[request["model"]], Settings(**request["settings"]), references=False)
     seconds = compile_and_run(work, backend)[-1]
-    print(json.dumps({"first_call_s": seconds, "counters": dict(counters)}))
+    with open(request["result"], "w") as f:
+        json.dump({"first_call_s": seconds, "counters": dict(counters),
+                   "inductor_counters": dict(torch._dynamo.utils.counters["inductor"])}, f)
 
 
 if __name__ == "__main__":

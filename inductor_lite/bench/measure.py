@@ -493,25 +493,36 @@ def compile_and_run(work: Workload, backend: str) -> tuple[nn.Module, nn.Module,
 
 def fresh_process_first_call(work: Workload, backend: str, timeout_s: float = 1800) -> tuple[float, dict]:
     """Wall seconds of ``backend``'s first call of ``work``'s model in a new Python process
-    (`fresh_start`), with the disk caches this process's environment points at, and the
-    child's ``inductor_lite.counters``.
+    (`fresh_start`), and the child's counters (``fresh_start``'s reply: ``counters``,
+    ``inductor_counters``).
+
+    The child gets what decides a cache hit from this process: the environment (the
+    disk caches `fresh_disk_cache` points at, inductor_lite's cache switched on) and the
+    TF32 flags, which inductor's cache keys include.
 
     Raises:
-        RuntimeError: the child failed (its last stderr lines in the message) or ran
-            past ``timeout_s``.
+        RuntimeError: the child failed (its last stderr lines in the message), ran past
+            ``timeout_s`` or wrote no result.
     """
-    request = json.dumps({"model": work.spec.name, "backend": backend,
-                          "settings": dataclasses.asdict(work.settings)})
-    command = [sys.executable, "-m", "inductor_lite.bench.fresh_start", request]
-    try:
-        child = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as error:
-        raise RuntimeError(f"fresh-process warm start ran past {timeout_s:.0f} s") from error
-    if child.returncode != 0:
-        tail = " | ".join(child.stderr.strip().splitlines()[-3:])
-        raise RuntimeError(f"fresh-process warm start exited with {child.returncode}: {tail}")
-    reply = json.loads(child.stdout.strip().splitlines()[-1])
-    return reply["first_call_s"], reply["counters"]
+    with tempfile.TemporaryDirectory(prefix="bench_fresh_") as directory:
+        result = os.path.join(directory, "result.json")
+        request = json.dumps({
+            "model": work.spec.name, "backend": backend, "settings": dataclasses.asdict(work.settings),
+            "result": result, "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+        })
+        command = [sys.executable, "-m", "inductor_lite.bench.fresh_start", request]
+        env = {**os.environ, "INDUCTOR_LITE_DISABLE_CACHE": "0"}
+        try:
+            child = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired as error:
+            raise RuntimeError(f"fresh-process warm start ran past {timeout_s:.0f} s") from error
+        if child.returncode != 0 or not os.path.exists(result):
+            tail = " | ".join(child.stderr.strip().splitlines()[-3:])
+            raise RuntimeError(f"fresh-process warm start exited with {child.returncode}: {tail}")
+        with open(result) as f:
+            reply = json.load(f)
+    return reply["first_call_s"], reply
 
 
 def _record_lite_counters(row: Result) -> None:
@@ -540,7 +551,15 @@ def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, 
     if backend == "inductor_lite":
         _record_lite_counters(row)
 
-    fresh_first_s = fresh_process_first_call(work, backend)[0] if settings.fresh_process else None
+    fresh_first_s = None
+    if settings.fresh_process:
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the child's model must fit beside this process's
+        try:
+            fresh_first_s = fresh_process_first_call(work, backend)[0]
+        except RuntimeError as error:  # an optional column: the row keeps its other numbers
+            row.note = "; ".join(filter(None, [row.note, str(error)[:300]]))
 
     # Warm: the disk cache the cold compile filled, in-memory state dropped again.
     reset_compiler(backend)

@@ -21,7 +21,7 @@ rewrites the memory lines before any text is written, as TorchInductor's wrapper
 - In place: an `AllocateLine` with an ``inplace_donor`` (chosen by `inplace_donors`:
   an input that dies at the kernel writing the output, same layout, each element read
   only where the output's same element is written; a planned buffer, a donated input
-  or a new tensor an extern op returned) becomes ``buf5 = buf2  # reuse buf2
+  or a new tensor an extern op returned, `returns_new_tensor`) becomes ``buf5 = buf2  # reuse buf2
   in place``; the kernel gets both names, and the donor's free after the kernel becomes
   a plain ``del``.
 
@@ -371,6 +371,25 @@ def _ancestors_in_group(nodes: dict, name: str) -> set[str]:
                 seen.add(dep)
                 todo.append(dep)
     return seen
+
+
+_ALLOCATING_EXTERNS = frozenset({
+    "aten::convolution", "aten::_convolution", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+    "aten::_int_mm", "aten::_scaled_mm", "aten::_to_copy", "aten::clone", "aten::_cdist_forward",
+})
+
+
+def returns_new_tensor(op) -> bool:
+    """Whether an extern op's result is always a tensor it allocated, so that a kernel may
+    write over it once it is dead (`inplace_donors`).
+
+    A schema without an alias annotation is not enough: ``aten.dequantize.self`` returns
+    a float input itself, ``_c10d_functional.wait_tensor`` always returns its input. So
+    this is a list of the ops whose outputs are worth taking (a convolution's or a
+    GEMM's output read by its epilogue, a cast's), each checked to allocate its result.
+    """
+    schema = getattr(op, "_schema", None)
+    return schema is not None and schema.name in _ALLOCATING_EXTERNS and not may_alias_inputs(op)
 
 
 def may_alias_inputs(op) -> bool:

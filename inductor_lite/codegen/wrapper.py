@@ -71,7 +71,7 @@ from ..scheduler.scheduler import Scheduler
 from .kernel import KernelSource, generate_kernel, is_persistent, reduction_axis
 from .memory_planning import (
     AllocateLine, BufferSpec, ExternAllocationLine, FreeIfNotReusedLine, FreeLine, Line, MemoryPlan, ReuseLine,
-    inplace_donors, may_alias_inputs, plan_memory,
+    inplace_donors, may_alias_inputs, plan_memory, returns_new_tensor,
 )
 from .printer import pexpr
 
@@ -191,8 +191,8 @@ class WrapperCodegen:
 
         Donors are the buffers it allocates and a backward's donated inputs
         (`GraphLowering.donated_inputs`, at offset 0 of their storage). Extern donors are
-        the results of extern ops that make a new tensor (the op's schema aliases no
-        input; a single result at offset 0), as a convolution's output is for the
+        the results of extern ops that always make a new tensor (`returns_new_tensor`;
+        a single result at offset 0), as a convolution's output is for the
         normalisation that reads it: TorchInductor writes such kernels over the extern's
         output too. Neither set holds what a graph output holds, what an extern output
         may alias (a view made by an extern op goes on using its base's storage) or the
@@ -210,7 +210,7 @@ class WrapperCodegen:
         owned |= {name for name in self.graph.donated_inputs
                   if sympy.sympify(self.graph.graph_inputs[name].storage_offset) == 0}
         externs = {name for name, buf in self.scheduler.buffers.items()
-                   if type(buf) is ExternKernel and buf.layout is not None and not may_alias_inputs(buf.op)
+                   if type(buf) is ExternKernel and buf.layout is not None and returns_new_tensor(buf.op)
                    and buf.storage_offset == 0 and name not in self.scheduler.removed_buffers}
         kept = set(self.scheduler.output_names) | aliased
         return owned - kept, externs - kept

@@ -98,14 +98,18 @@ def resolve_math_dispatch() -> None:
     comes from several intra-op threads at once, one thread can run a low-accuracy kernel
     over its whole chunk (errors of ~1e-4 in ``erf``: pytorch/pytorch#188792, oneMKL
     2024.2). A kernel's first math op on a block of 2048+ elements is such a call, so the
-    interpreter resolves the dispatch first, as the upstream fix does. Runs once a process.
+    interpreter resolves the dispatch first, as the upstream fix does. Runs once a process,
+    on real CPU tensors whatever default device or fake mode is active.
     """
-    for dtype in (torch.float32, torch.float64):
-        one = torch.ones(1, dtype=dtype)
-        for fn in _UNARY.values():
-            fn(one)
-        for fn in _BINARY_MATH.values():
-            fn(one, one)
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        for dtype in (torch.float32, torch.float64):
+            one = torch.ones(1, dtype=dtype, device="cpu")
+            for fn in _UNARY.values():
+                fn(one)
+            for fn in _BINARY_MATH.values():
+                fn(one, one)
 
 
 class _Ptr:
