@@ -5,7 +5,8 @@ settings, so a model is measured exactly as in a sequential run (its contenders
 interleaved in one process, eager its baseline); only models run side by side. On CUDA
 each job slot owns one GPU (``CUDA_VISIBLE_DEVICES``), so timings of two models never
 share a device; the host's CPUs are shared, which the compile columns feel more than
-the timings. A child that crashes or runs past ``timeout_s`` costs only its own model:
+the timings, so each child's compile workers (inductor_lite's and inductor's) default to
+its share of them. A child that crashes or runs past ``timeout_s`` costs only its own model:
 its rows come back ``failed`` with the reason in the note.
 """
 
@@ -71,8 +72,11 @@ def run_parallel(specs: Sequence[ModelSpec], backends: Sequence[str], settings: 
     pending, rows, lock = list(specs), {}, threading.Lock()
     base = child_argv(settings, backends, verbose)
 
+    share = str(max(1, len(os.sched_getaffinity(0)) // jobs))
+    workers = {"INDUCTOR_LITE_COMPILE_WORKERS": share, "TORCHINDUCTOR_COMPILE_THREADS": share}
+
     def slot(index: int) -> None:
-        env = dict(os.environ)
+        env = {**workers, **os.environ}  # what the user set wins
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = gpus[index]
         while True:
