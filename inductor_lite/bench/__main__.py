@@ -173,8 +173,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         parser.error(str(error))
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available (use --device cpu)")
-    if args.device == "cuda" and args.jobs > len(visible_gpus()):
-        parser.error(f"--jobs {args.jobs}: each CUDA job needs a GPU of its own, {len(visible_gpus())} visible")
+    if args.device == "cuda" and args.jobs > 1 and args.jobs > len(gpus := visible_gpus()):
+        parser.error(f"--jobs {args.jobs}: each CUDA job needs a GPU of its own, {len(gpus)} visible")
     return args, specs, backends, settings
 
 
@@ -205,6 +205,12 @@ def _progress() -> Any:
     )
 
 
+def _row_line(row: Result) -> str:
+    """One plain progress line for a measured row."""
+    speedup = "-" if row.speedup is None else f"{row.speedup:.2f}x"
+    return f"{row.model} / {row.backend}: {row.status}, accuracy {row.accuracy or '-'}, speedup {speedup}"
+
+
 def run(specs: list[ModelSpec], backends: list[str], settings: Settings,
         on_row: Callable[[list[Result]], None] | None = None) -> list[Result]:
     """Measure every model on every backend, with a progress bar on stderr; ``on_row``
@@ -222,9 +228,7 @@ def run(specs: list[ModelSpec], backends: list[str], settings: Settings,
                 rows.append(row)
                 progress.advance(task)
                 # One plain line per row, so a run cut short still leaves its results.
-                speedup = "-" if row.speedup is None else f"{row.speedup:.2f}x"
-                print(f"{row.model} / {row.backend}: {row.status}, accuracy {row.accuracy or '-'}, "
-                      f"speedup {speedup}", flush=True)
+                print(_row_line(row), flush=True)
                 if on_row is not None:
                     on_row(rows)
     return rows
@@ -257,9 +261,7 @@ def _run_jobs(specs: list[ModelSpec], backends: list[str], settings: Settings, a
 
     def on_model(rows: list[Result]) -> None:
         for row in rows:
-            speedup = "-" if row.speedup is None else f"{row.speedup:.2f}x"
-            print(f"{row.model} / {row.backend}: {row.status}, accuracy {row.accuracy or '-'}, speedup {speedup}",
-                  flush=True)
+            print(_row_line(row), flush=True)
         finished.extend(rows)
         finished.sort(key=lambda row: order[row.model])  # stable: backends keep their order
         if on_row is not None:

@@ -36,8 +36,8 @@ import contextlib
 import copy
 import dataclasses
 import gc
-import logging
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -147,9 +147,10 @@ class Result:
     quartiles. Times: ``eager_ms`` and ``compiled_ms`` are median wall times per
     iteration in milliseconds, ``*_iqr_ms`` their interquartile ranges;
     ``compile_*_s`` seconds (one compile each; ``compile_fresh_s`` the warm compile in
-    a fresh process, when measured); memory in MiB (CUDA only). ``kernels``, ``fallbacks`` (aten extern calls) and
-    ``graph_fallbacks`` (graphs run eagerly) come from ``inductor_lite.counters`` during
-    the cold compile and are empty for other backends.
+    a fresh process, when measured); memory in MiB (CUDA only). ``kernels``,
+    ``fallbacks`` (aten extern calls) and ``graph_fallbacks`` (graphs run eagerly) come
+    from ``inductor_lite.counters`` during the cold compile and are empty for other
+    backends.
     """
 
     model: str
@@ -655,6 +656,18 @@ def cleanup(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def unmeasured_result(spec: ModelSpec, settings: Settings, backend: str, status: str, note: str = "",
+                      batch_size: int | None = None) -> Result:
+    """A row of ``spec`` on ``backend`` with no numbers yet (or none to come: ``status``
+    and ``note`` say why); ``batch_size`` defaults to the one ``settings`` give the model."""
+    if batch_size is None:
+        batch_size = settings.batch_size or (spec.tiny_batch_size if settings.tiny else spec.batch_size)
+    return Result(
+        model=spec.name, suite=spec.suite, backend=backend, mode=settings.mode, dtype=settings.dtype,
+        device=settings.device, batch_size=batch_size, status=status, compile_mode=settings.compile_mode, note=note,
+    )
+
+
 def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> Iterator[Result]:
     """Measure ``spec`` on each backend in order; yields one `Result` per backend.
 
@@ -667,13 +680,7 @@ def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> I
     device = torch.device(settings.device)
 
     def row(backend: str, status: str, note: str = "", batch_size: int | None = None) -> Result:
-        if batch_size is None:
-            batch_size = settings.batch_size or (spec.tiny_batch_size if settings.tiny else spec.batch_size)
-        return Result(
-            model=spec.name, suite=spec.suite, backend=backend, mode=settings.mode, dtype=settings.dtype,
-            device=settings.device, batch_size=batch_size, status=status, compile_mode=settings.compile_mode,
-            note=note,
-        )
+        return unmeasured_result(spec, settings, backend, status, note, batch_size)
 
     reason = spec.unavailable_reason()
     if reason:

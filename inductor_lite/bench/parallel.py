@@ -21,7 +21,7 @@ import tempfile
 import threading
 from typing import Callable, Sequence
 
-from .measure import STATUS_FAILED, Result, Settings
+from .measure import STATUS_FAILED, Result, Settings, unmeasured_result
 from .models import ModelSpec
 
 
@@ -115,13 +115,7 @@ def _measure_in_child(spec: ModelSpec, backends: Sequence[str], settings: Settin
                 fields = {field.name for field in dataclasses.fields(Result)}
                 measured = [Result(**{k: v for k, v in row.items() if k in fields}) for row in json.load(f)["rows"]]
     done = {row.backend for row in measured}
-    for backend in backends:
-        if backend not in done:
-            batch_size = settings.batch_size or (spec.tiny_batch_size if settings.tiny else spec.batch_size)
-            measured.append(Result(
-                model=spec.name, suite=spec.suite, backend=backend, mode=settings.mode, dtype=settings.dtype,
-                device=settings.device, batch_size=batch_size, status=STATUS_FAILED,
-                compile_mode=settings.compile_mode, note=failure or "child wrote no row",
-            ))
+    measured += [unmeasured_result(spec, settings, backend, STATUS_FAILED, failure or "child wrote no row")
+                 for backend in backends if backend not in done]
     order = {backend: i for i, backend in enumerate(backends)}
     return sorted(measured, key=lambda row: order.get(row.backend, len(order)))

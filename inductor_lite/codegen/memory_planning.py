@@ -21,15 +21,15 @@ rewrites the memory lines before any text is written, as TorchInductor's wrapper
 - In place: an `AllocateLine` with an ``inplace_donor`` (chosen by `inplace_donors`:
   an input that dies at the kernel writing the output, same layout, each element read
   only where the output's same element is written; a planned buffer, a donated input
-  or a new tensor an extern op returned, `returns_new_tensor`) becomes ``buf5 = buf2  # reuse buf2
-  in place``; the kernel gets both names, and the donor's free after the kernel becomes
-  a plain ``del``.
+  or a new tensor an extern op returned, `returns_new_tensor`) becomes
+  ``buf5 = buf2  # reuse buf2 in place``; the kernel gets both names, and the donor's
+  free after the kernel becomes a plain ``del``.
 
 Only buffers the wrapper allocates are planned: graph inputs and constants belong to
 the caller, extern outputs are allocated by their aten op (`ExternAllocationLine` only
-counts their bytes; a kernel may still write over one in place), graph outputs are never freed, and a buffer an extern output may
-alias (the op's schema says its result is a view) is freed with a plain `FreeLine`,
-since the view goes on using its storage.
+counts their bytes; a kernel may still write over one in place), graph outputs are
+never freed, and a buffer an extern output may alias (the op's schema says its result
+is a view) is freed with a plain `FreeLine`, since the view goes on using its storage.
 
 `MemoryPlan.peak_bytes` is the most memory ``call`` holds at once in buffers it
 allocates (kernel and extern outputs; graph inputs not counted), symbolic sizes at
