@@ -46,7 +46,7 @@ from .debug import dump_graph
 from .fx_lowering.decompositions import decomposition_table
 from .fx_lowering.graph import DONATED, GraphLowering, graph_constants
 from .fx_passes import run_joint_passes, run_passes
-from .fx_passes.common import refresh_downstream
+from .fx_passes.common import GRAPH_KIND, USER_OUTPUTS, refresh_downstream
 from .logs import log_artifact
 from .runtime import compile_pool
 from .runtime.cudagraphs import cudagraphify, uses_cudagraphs
@@ -196,6 +196,7 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
     with config.patch(**options):
         config.validate()
         strides_before = _output_strides(gm)
+        gm.meta[GRAPH_KIND] = kind
         try:
             run_passes(gm, name)
             compiled = _compile(gm, graph_id, kind, name, mode, options)
@@ -336,8 +337,10 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
     with config.patch(**options):
         config.validate()
         cached = aot_cache.enabled(mode)
+        user_outputs = len(pytree.tree_leaves(next(iter(gm.graph.find_nodes(op="output"))).args))
         compilers = {
-            kind: functools.partial(_aot_compiler, kind=kind, mode=mode, options=options, cached=cached)
+            kind: functools.partial(_aot_compiler, kind=kind, mode=mode, options=options, cached=cached,
+                                    user_outputs=user_outputs)
             for kind in ("fw", "bw", "inference")
         }
         if cached:
@@ -369,14 +372,28 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
 
 
 def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, mode: str,
-                  options: dict, cached: bool) -> Callable:
+                  options: dict, cached: bool, user_outputs: int) -> Callable:
     """AOTAutograd's graph compiler of ``kind``; ``cached``: return what its cache
-    stores (`aot_cache`)."""
+    stores (`aot_cache`); ``user_outputs``: how many outputs the Dynamo graph has."""
     if kind == "bw" and not uses_cudagraphs(mode):
         _mark_donated_inputs(gm)
+    if kind == "fw":
+        _mark_user_outputs(gm, user_outputs)
     _adopt_input_strides(gm, example_inputs)
     compiled = compile_graph(gm, kind, mode, options)
     return aot_cache.output_code(compiled, gm) if cached else compiled
+
+
+def _mark_user_outputs(gm: torch.fx.GraphModule, user_outputs: int) -> None:
+    """Record which of a forward graph's outputs the user sees (`fx_passes.common.USER_OUTPUTS`):
+    AOTAutograd returns the new values of mutated inputs first, then the Dynamo graph's
+    outputs, then what the backward needs (``fw_metadata.num_mutated_inp_runtime_indices``;
+    TorchInductor reads the same). Without that metadata every output counts as seen."""
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    if meta is not None:
+        start = meta.num_mutated_inp_runtime_indices
+        gm.meta[USER_OUTPUTS] = range(start, start + user_outputs)
 
 
 def _mark_donated_inputs(gm: torch.fx.GraphModule) -> None:

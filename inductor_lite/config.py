@@ -47,6 +47,10 @@ mix_order_          INDUCTOR_LITE_MIX_ORDER_         1 (default): a column sum o
 reduction           REDUCTION                        a row reduction reads (LayerNorm's
                                                      weight gradient) is computed in that
                                                      row kernel's pass; 0: a kernel of its own
+layout_             INDUCTOR_LITE_LAYOUT_            1 (default): conv nets on CUDA run
+optimization        OPTIMIZATION                     channels-last where Inductor's heuristic
+                                                     says it pays (fx_passes.layout_
+                                                     optimization); 0: as traced
 ==================  ===============================  =======================================
 """
 
@@ -143,6 +147,7 @@ _KNOBS = {
     "compile_workers": _Knob("INDUCTOR_LITE_COMPILE_WORKERS", int, _parse_int, _non_negative),
     "emulate_precision_casts": _Knob("INDUCTOR_LITE_EMULATE_PRECISION_CASTS", bool, _parse_bool),
     "mix_order_reduction": _Knob("INDUCTOR_LITE_MIX_ORDER_REDUCTION", bool, _parse_bool),
+    "layout_optimization": _Knob("INDUCTOR_LITE_LAYOUT_OPTIMIZATION", bool, _parse_bool),
 }
 """Each knob's variable, type, parser and range check; the keys are `Config`'s fields."""
 
@@ -188,6 +193,7 @@ class Config:
     compile_workers: int = dataclasses.field(default_factory=_default_compile_workers)
     emulate_precision_casts: bool = False
     mix_order_reduction: bool = True
+    layout_optimization: bool = True
 
     def __post_init__(self):
         # variable=value: problem, per bad environment variable (not a knob: no dataclass field)

@@ -3,6 +3,7 @@ pattern (counters), keeps the values of eager, and stays away where it must."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import math
@@ -17,6 +18,8 @@ import inductor_lite  # noqa: F401  (registers the backend)
 from inductor_lite.config import config
 from inductor_lite.counters import counters, reset
 from inductor_lite.fx_passes import run_passes
+from inductor_lite.fx_passes.common import GRAPH_KIND
+from inductor_lite.fx_passes.layout_optimization import layout_optimization
 from inductor_lite.fx_passes.pad_mm import pad_mm
 from inductor_lite.fx_passes.split_conv_bias import split_conv_bias
 
@@ -743,3 +746,113 @@ def test_cross_entropy_training_saves_no_fp32_log_probabilities():
     expected.backward()
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(x.grad, expected_x.grad)
+
+
+# ---------------------------------------------------------------- layout optimization
+
+def _conv_block(x, w1, w2):
+    y = F.conv2d(x, w1, padding=1).relu()
+    z = (F.conv2d(y, w2, padding=1, groups=w2.shape[0]) + y).relu()
+    return z.mean((2, 3)), z, z.view(z.shape[0], -1)
+
+
+def _conv_block_args(dtype=torch.float32):
+    return _rand(2, 3, 8, 8, dtype=dtype), _rand(16, 3, 3, 3, dtype=dtype), _rand(16, 1, 3, 3, dtype=dtype)
+
+
+def test_layout_optimization_forced_graph():
+    """Both convolutions read channels-last tensors, copied once each (the input, the
+    first weight; the depthwise weight already is one), the activations between them stay
+    channels-last, and the outputs keep eager's layout through one shared copy back."""
+    args = _conv_block_args()
+    gm = _fake_graph(_conv_block, *args)
+    before = [n.meta["val"].stride() for n in gm.graph.find_nodes(op="output")[0].args[0]]
+    assert layout_optimization(gm, force=True) == 3
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    convs = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
+    for conv in convs:
+        for arg in conv.args[:2]:
+            assert arg.meta["val"].is_contiguous(memory_format=torch.channels_last)
+        assert conv.meta["val"].is_contiguous(memory_format=torch.channels_last)
+    after = [n.meta["val"].stride() for n in gm.graph.find_nodes(op="output")[0].args[0]]
+    assert after == before
+    for out, expected in zip(gm(*args), _conv_block(*args)):
+        assert out.stride() == expected.stride()
+        torch.testing.assert_close(out, expected, **TOL[torch.float32])
+
+
+def _fake_cuda_conv_graph(kind, in_channels, out_channels, groups=1, kernel=3):
+    """A traced ``conv2d(x, w).relu()`` on fake CUDA tensors (no GPU needed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(8, in_channels, 32, 32, device="cuda")
+        w = torch.empty(out_channels, in_channels // groups, kernel, kernel, device="cuda")
+    gm = make_fx(lambda x, w: F.conv2d(x, w, padding=kernel // 2, groups=groups).relu())(x, w)
+    gm.meta[GRAPH_KIND] = kind
+    return gm
+
+
+@pytest.mark.parametrize("kind, in_channels, out_channels, groups, kernel, converted", [
+    ("inference", 64, 128, 1, 3, True),    # a plain convolution: faster channels-last
+    ("fw", 64, 128, 1, 3, True),
+    ("inference", 128, 128, 2, 3, False),  # grouped with 64 channels a group: slower
+    ("fw", 128, 128, 2, 3, False),
+    ("inference", 128, 128, 128, 3, True),  # depthwise is not "grouped"
+    ("fw", 32, 32, 1, 3, False),           # training skips any small-channel convolution
+    ("inference", 32, 32, 1, 3, True),     # inference weighs it: 0.783 of the NCHW time
+    ("fw", 256, 64, 1, 3, False),          # in-out (2 * C_out <= C_in, 3x3) in training
+    ("bw", 64, 128, 1, 3, False),          # backward graphs follow the forward's layouts
+])
+def test_layout_optimization_heuristic(kind, in_channels, out_channels, groups, kernel, converted):
+    gm = _fake_cuda_conv_graph(kind, in_channels, out_channels, groups, kernel)
+    assert (layout_optimization(gm) > 0) is converted
+
+
+def test_layout_optimization_left_alone():
+    """Off by the knob, on CPU tensors unforced, and under symbolic sizes: no rewrite."""
+    gm = _fake_cuda_conv_graph("inference", 64, 128)
+    with config.patch(layout_optimization=False):
+        assert layout_optimization(gm) == 0
+    assert layout_optimization(_fake_graph(_conv_block, *_conv_block_args())) == 0
+    symbolic = _fake_graph(_conv_block, *_conv_block_args(), tracing_mode="symbolic")
+    assert layout_optimization(symbolic, force=True) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layout_optimization_through_backend(dtype, monkeypatch):
+    """Inference through the backend with the pass forced: eager's values and layouts."""
+    from inductor_lite import fx_passes
+    monkeypatch.setattr(fx_passes, "PASSES", [
+        ("layout_optimization", lambda gm: layout_optimization(gm, force=True))])
+    args = _conv_block_args(dtype)
+    with torch.no_grad():
+        outs = _compile(_conv_block)(*args)
+        expected = _conv_block(*args)
+    assert counters["pass.layout_optimization"] == 3
+    for out, ref in zip(outs, expected):
+        assert out.stride() == ref.stride()
+        torch.testing.assert_close(out, ref, **TOL[dtype])
+
+
+def test_layout_optimization_training(monkeypatch):
+    """A training step with the forward laid out channels-last: the backward graph is
+    compiled for the channels-last activations the forward saves, and its gradients are
+    eager's (fp64 reference)."""
+    from inductor_lite import fx_passes
+    monkeypatch.setattr(fx_passes, "PASSES", [
+        ("layout_optimization", lambda gm: layout_optimization(gm, force=True))])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1, groups=4), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))
+    reference = copy.deepcopy(model).double()
+    x = _rand(4, 3, 8, 8)
+    _compile(model)(x).square().sum().backward()
+    reference(x.double()).square().sum().backward()
+    assert counters["pass.layout_optimization"] > 0
+    for p, ref in zip(model.parameters(), reference.parameters()):
+        assert p.grad.stride() == p.stride()
+        torch.testing.assert_close(p.grad, ref.grad.float(), atol=1e-4, rtol=1e-4)

@@ -22,8 +22,11 @@ The passes, in order:
    ``mm`` plus a bias add that fuses into the consumer's kernel.
 4. `split_conv_bias.split_conv_bias`: a CUDA convolution's bias becomes a pointwise
    add, which fuses into the consumer's kernel.
+5. `layout_optimization.layout_optimization`: a conv net's convolutions and the
+   activations between them run channels-last (CUDA).
 
-Padding runs before the split so that a padded ``addmm`` is split like any other.
+Padding runs before the split so that a padded ``addmm`` is split like any other; the
+layout pass runs last, so the split bias add is laid out with its convolution.
 
 `run_joint_passes` runs `JOINT_PASSES` on a training step's joint forward-backward graph
 before AOTAutograd partitions it, the same way (counters ``pass.<name>``, the
@@ -43,6 +46,7 @@ import torch.fx
 from ..counters import counters
 from ..logs import log_artifact
 from .fuse_attention import fuse_attention
+from .layout_optimization import layout_optimization
 from .pad_mm import pad_mm
 from .sink_gather import sink_gather
 from .split_addmm import split_addmm
@@ -53,6 +57,7 @@ PASSES: list[tuple[str, Callable[[torch.fx.GraphModule], int]]] = [
     ("pad_mm", pad_mm),
     ("split_addmm", split_addmm),
     ("split_conv_bias", split_conv_bias),
+    ("layout_optimization", layout_optimization),
 ]
 """``(name, pass)`` in the order `run_passes` applies them."""
 

@@ -30,6 +30,14 @@ VIEW_OPS = frozenset({
 """Ops that keep a tensor's values and only change its shape or storage (``clone`` and
 ``expand`` included: the passes check element counts where broadcasting would matter)."""
 
+GRAPH_KIND = "inductor_lite_graph_kind"
+"""``gm.meta`` key: ``fw``, ``bw`` or ``inference``, set by the backend before the passes."""
+
+USER_OUTPUTS = "inductor_lite_user_outputs"
+"""``gm.meta`` key: the positions (in the flattened outputs) of the outputs the user sees,
+set by the backend for forward graphs, whose other outputs are saved for the backward;
+absent: every output."""
+
 
 def val(node: Any) -> Any:
     """``node.meta['val']`` for an FX node (None when absent); ``node`` itself otherwise."""
@@ -142,7 +150,7 @@ def refresh_downstream(gm: torch.fx.GraphModule, start: torch.fx.Node) -> None:
     while node.op != "root":
         if node.op == "call_function" and any(i in changed for i in node.all_input_nodes):
             result = _fake_run(fake_mode, node)
-            if not _same_meta(result, node.meta.get("val")):
+            if not same_meta(result, node.meta.get("val")):
                 node.meta["val"] = result
                 changed.add(node)
         node = node.next
@@ -166,10 +174,12 @@ def _fake_run(fake_mode, node: torch.fx.Node) -> Any:
         return node.target(*args, **kwargs)
 
 
-def _same_meta(a: Any, b: Any) -> bool:
+def same_meta(a: Any, b: Any) -> bool:
+    """Whether two fake values (tensors, or lists of them) agree in dtype, device, sizes,
+    strides and offset, provably for every size."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return (a.dtype == b.dtype and a.device == b.device and same_sizes(a.shape, b.shape)
                 and same_sizes(a.stride(), b.stride()) and same(a.storage_offset(), b.storage_offset()))
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_same_meta(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_meta(x, y) for x, y in zip(a, b))
     return not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor)
