@@ -337,10 +337,8 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
     with config.patch(**options):
         config.validate()
         cached = aot_cache.enabled(mode)
-        user_outputs = len(pytree.tree_leaves(next(iter(gm.graph.find_nodes(op="output"))).args))
         compilers = {
-            kind: functools.partial(_aot_compiler, kind=kind, mode=mode, options=options, cached=cached,
-                                    user_outputs=user_outputs)
+            kind: functools.partial(_aot_compiler, kind=kind, mode=mode, options=options, cached=cached)
             for kind in ("fw", "bw", "inference")
         }
         if cached:
@@ -372,28 +370,36 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any):
 
 
 def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, mode: str,
-                  options: dict, cached: bool, user_outputs: int) -> Callable:
+                  options: dict, cached: bool) -> Callable:
     """AOTAutograd's graph compiler of ``kind``; ``cached``: return what its cache
-    stores (`aot_cache`); ``user_outputs``: how many outputs the Dynamo graph has."""
+    stores (`aot_cache`)."""
     if kind == "bw" and not uses_cudagraphs(mode):
         _mark_donated_inputs(gm)
-    if kind == "fw":
-        _mark_user_outputs(gm, user_outputs)
+    if kind != "bw":
+        _mark_user_outputs(gm)
     _adopt_input_strides(gm, example_inputs)
     compiled = compile_graph(gm, kind, mode, options)
     return aot_cache.output_code(compiled, gm) if cached else compiled
 
 
-def _mark_user_outputs(gm: torch.fx.GraphModule, user_outputs: int) -> None:
-    """Record which of a forward graph's outputs the user sees (`fx_passes.common.USER_OUTPUTS`):
-    AOTAutograd returns the new values of mutated inputs first, then the Dynamo graph's
-    outputs, then what the backward needs (``fw_metadata.num_mutated_inp_runtime_indices``;
-    TorchInductor reads the same). Without that metadata every output counts as seen."""
+def _mark_user_outputs(gm: torch.fx.GraphModule) -> None:
+    """Record which of a forward or inference graph's outputs the user sees
+    (`fx_passes.common.USER_OUTPUTS`). AOTAutograd returns the new values of mutated
+    inputs first, then the user's outputs and the bases of outputs that are views of
+    one another, then (forward graphs) what the backward needs (``fw_metadata``'s
+    counts; TorchInductor reads the same). With effect tokens among the outputs the
+    positions AOTAutograd reads strides at disagree with one another (Inductor unlifts
+    the tokens), so no output may change layout: None. Without metadata (a graph not
+    from AOTAutograd) the key is left out: every output counts as seen."""
     context = torch._guards.TracingContext.try_get()
     meta = getattr(context, "fw_metadata", None)
-    if meta is not None:
-        start = meta.num_mutated_inp_runtime_indices
-        gm.meta[USER_OUTPUTS] = range(start, start + user_outputs)
+    if meta is None:
+        return
+    if meta.tokens:
+        gm.meta[USER_OUTPUTS] = None
+        return
+    start = meta.num_mutated_inp_runtime_indices
+    gm.meta[USER_OUTPUTS] = range(start, start + meta.num_outputs + meta.num_intermediate_bases)
 
 
 def _mark_donated_inputs(gm: torch.fx.GraphModule) -> None:

@@ -147,8 +147,10 @@ def test_a_generated_kernels_candidates_are_built_by_workers_on_its_first_call(m
     y = torch.randn(512, 1024, device="cuda")
     fn2 = lambda t: (t.softmax(-1) * 3, t.sum(0) + 1)  # noqa: E731
     with config.patch(autotune=False):
-        for g, e in zip(torch.compile(fn2, backend="inductor_lite")(y), fn2(y)):
-            torch.testing.assert_close(g, e)
+        got = torch.compile(fn2, backend="inductor_lite")(y)
+    # fp64 reference: a 512-term fp32 column sum is off eager's by its rounding, ~1e-5
+    for g, e in zip(got, fn2(y.double())):
+        torch.testing.assert_close(g, e.float(), atol=1e-4, rtol=1e-5)
     assert inductor_lite.counters["kernels_generated"] >= 2
     assert sum(b is not None for b in handed_out) == inductor_lite.counters["kernels_compiled"] >= 2
     torch._dynamo.reset()

@@ -856,3 +856,74 @@ def test_layout_optimization_training(monkeypatch):
     for p, ref in zip(model.parameters(), reference.parameters()):
         assert p.grad.stride() == p.stride()
         torch.testing.assert_close(p.grad, ref.grad.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_layout_optimization_training_heuristic_small_stem():
+    """Training converts a ResNet-like stack whose small stem and first block sit
+    beside larger convolutions (Inductor skips only when every convolution is small)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(8, 3, 64, 64, device="cuda")
+        ws = [torch.empty(64, 3, 7, 7, device="cuda"), torch.empty(64, 64, 3, 3, device="cuda"),
+              torch.empty(128, 64, 3, 3, device="cuda")]
+
+    def stack(x, w1, w2, w3):
+        x = F.conv2d(x, w1, stride=2, padding=3).relu()
+        return F.conv2d(F.conv2d(x, w2, padding=1).relu(), w3, padding=1).relu()
+
+    gm = make_fx(stack)(x, *ws)
+    gm.meta[GRAPH_KIND] = "fw"
+    assert layout_optimization(gm) > 0
+
+
+def _conv_then(tail):
+    def fn(x, w):
+        return tail(F.conv2d(x, w, padding=1).relu())
+    return fn
+
+
+@pytest.mark.parametrize("name, tail", [
+    ("as_strided", lambda z: z.as_strided((2, 16, 4, 4), (1024, 64, 16, 2)) * 2),
+    ("channel_slice", lambda z: z[:, :4]),
+    ("permuted", lambda z: z.permute(0, 2, 3, 1)),
+])
+def test_layout_optimization_keeps_what_the_user_sees(name, tail, monkeypatch):
+    """Where a converted tensor would reach the user laid out unlike eager (a slice or
+    permute of it returned) or an ``as_strided`` reads it, the graph stays as traced:
+    eager's values and strides."""
+    from inductor_lite import fx_passes
+    monkeypatch.setattr(fx_passes, "PASSES", [
+        ("layout_optimization", lambda gm: layout_optimization(gm, force=True))])
+    fn = _conv_then(tail)
+    x, w = _rand(2, 3, 8, 8), _rand(16, 3, 3, 3)
+    out, expected = _compile(fn)(x, w), fn(x, w)
+    assert counters["pass.layout_optimization"] == 0
+    assert out.stride() == expected.stride()
+    torch.testing.assert_close(out, expected, **TOL[torch.float32])
+
+
+def test_layout_optimization_not_with_effect_tokens(monkeypatch):
+    """A training graph threading an effect token (``aten._print``) is left as traced:
+    AOTAutograd reads its outputs' strides at positions that disagree with the tokens
+    in place. Gradients are eager's."""
+    from inductor_lite import fx_passes
+    monkeypatch.setattr(fx_passes, "PASSES", [
+        ("layout_optimization", lambda gm: layout_optimization(gm, force=True))])
+
+    def fn(x, w, y):
+        z = F.conv2d(x, w, padding=1)
+        torch.ops.aten._print("layout")
+        return (z * y).sin()
+
+    args = [_rand(2, 16, 8, 8, requires_grad=True), _rand(16, 16, 3, 3, requires_grad=True),
+            _rand(2, 16, 8, 8, requires_grad=True)]
+    ref_args = [a.detach().clone().requires_grad_() for a in args]
+    out = _compile(fn)(*args)
+    expected = fn(*ref_args)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    assert counters["pass.layout_optimization"] == 0
+    assert out.stride() == expected.stride()
+    for a, r in zip(args, ref_args):
+        torch.testing.assert_close(a.grad, r.grad, atol=1e-4, rtol=1e-4)

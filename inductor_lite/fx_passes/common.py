@@ -35,8 +35,8 @@ GRAPH_KIND = "inductor_lite_graph_kind"
 
 USER_OUTPUTS = "inductor_lite_user_outputs"
 """``gm.meta`` key: the positions (in the flattened outputs) of the outputs the user sees,
-set by the backend for forward graphs, whose other outputs are saved for the backward;
-absent: every output."""
+set by the backend for forward and inference graphs (a forward's other outputs are saved
+for the backward); None: no output may change its layout; absent: every output is seen."""
 
 
 def val(node: Any) -> Any:

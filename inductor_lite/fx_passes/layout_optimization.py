@@ -25,15 +25,22 @@ the aten graph, before lowering:
 Whether a graph is converted follows Inductor's heuristic (``decide_layout_opt``, whose
 facts these are):
 
-- only CUDA 2-D convolutions (4-D inputs) in fp16, bf16 or fp32, with every size
-  concrete (Inductor saw slowdowns with dynamic shapes, pytorch/pytorch#102670); the
-  graph has at most 300 nodes per convolution;
+- CUDA 2-D convolutions (4-D inputs) in fp16, bf16 or fp32 are converted (cuDNN runs
+  fp64 NCHW whatever its input); no convolution of the graph may have a symbolic size
+  (Inductor saw slowdowns with dynamic shapes, pytorch/pytorch#102670), and the graph
+  has fewer than 300 nodes per convolution;
 - inference: the convolutions' flops, weighted by Inductor's measured channels-last
   time ratios per kind of convolution (`FLOP_MULTIPLIERS`), must not exceed the
   unweighted sum;
 - training: no convolution may be grouped with more than one input channel per group,
-  "in-out" (``2 * C_out <= C_in`` with a kernel wider than 1) or "small" (at most 64
-  input and 64 output channels), kinds Inductor found slower channels-last.
+  or "in-out" (``2 * C_out <= C_in`` with a kernel wider than 1), and not every one
+  may be "small" (at most 64 output and 64 input channels a group): the kinds Inductor
+  found slower channels-last.
+
+The graph is left as traced when the new layouts cannot be kept from the user: an
+``as_strided`` reads a converted tensor (it addresses the storage as eager lays it
+out), an op fails on the new layout, or an output the user sees would change from a
+layout that is neither dense contiguous nor dense channels-last.
 
 The backward graph is not converted: its convolutions are ``convolution_backward`` calls
 that follow the layout of the saved activations the forward hands them.
@@ -81,7 +88,7 @@ def layout_optimization(gm: torch.fx.GraphModule, force: bool = False) -> int:
         force: convert every graph with a 2-D convolution, on any device.
     """
     kind = gm.meta.get(GRAPH_KIND, "inference")
-    if not config.layout_optimization or kind == "bw":
+    if not config.layout_optimization or kind == "bw" or gm.meta.get(USER_OUTPUTS, ()) is None:
         return 0
     convs = [n for n in gm.graph.nodes if _is_2d_conv(n, force)]
     if not convs or not (force or _pays(gm, convs, is_inference=kind == "inference")):
@@ -100,24 +107,37 @@ def _is_2d_conv(node: torch.fx.Node, force: bool) -> bool:
             and (force or x.device.type == "cuda") and is_concrete(x) and is_concrete(w))
 
 
-def _kind(conv: torch.fx.Node) -> str:
-    """Inductor's classes of convolution, by the weight's ``(C_out, C_in / groups, kH, kW)``."""
+# Inductor's classes of convolution, by the weight's sizes ``(C_out, C_in / groups, kH, kW)``
+def _grouped(conv: torch.fx.Node) -> bool:
+    return conv.args[8] > 1 and val(conv.args[1]).shape[1] > 1
+
+
+def _small(conv: torch.fx.Node) -> bool:
     w = val(conv.args[1])
-    groups = conv.args[8]
-    if groups > 1 and w.shape[1] > 1:
-        return "grouped"
-    if w.shape[0] <= 64 and w.shape[1] <= 64:
-        return "small"
-    if w.shape[0] * 2 <= w.shape[1] and w.shape[2] > 1:
-        return "in_out"
+    return w.shape[0] <= 64 and w.shape[1] <= 64
+
+
+def _in_out(conv: torch.fx.Node) -> bool:
+    w = val(conv.args[1])
+    return w.shape[0] * 2 <= w.shape[1] and w.shape[2] > 1
+
+
+def _kind(conv: torch.fx.Node) -> str:
+    for kind, test in (("grouped", _grouped), ("small", _small), ("in_out", _in_out)):
+        if test(conv):
+            return kind
     return "default"
 
 
 def _pays(gm: torch.fx.GraphModule, convs: list[torch.fx.Node], is_inference: bool) -> bool:
-    if len(gm.graph.nodes) >= MAX_NODES_PER_CONV * len(convs):
+    every_conv = [n for n in gm.graph.nodes if is_call(n, aten.convolution.default)]
+    if len(gm.graph.nodes) >= MAX_NODES_PER_CONV * len(every_conv):
+        return False
+    if not all(is_concrete(t) for n in every_conv for t in (tensor_val(n.args[0]), tensor_val(n.args[1]))
+               if t is not None):
         return False
     if not is_inference:
-        return all(_kind(c) == "default" for c in convs)
+        return not any(map(_grouped, convs)) and not any(map(_in_out, convs)) and not all(map(_small, convs))
     total = weighted = 0.0
     for conv in convs:
         flops = conv_flop_count(list(val(conv.args[0]).shape), list(val(conv.args[1]).shape),
@@ -166,20 +186,32 @@ def _plan(gm: torch.fx.GraphModule, convs: set) -> Optional[_Plan]:
                     inputs[arg] = plan.copy(fake_mode, arg, torch.channels_last, node)
         if not inputs and not any(i in plan.values for i in node.all_input_nodes):
             continue
+        if is_call(node, *_STORAGE_OPS):
+            return _give_up(node, "addresses the storage as eager lays it out")
         try:
             result = _run(fake_mode, node, plan, inputs)
-        except (RuntimeError, ValueError) as error:
+        except Exception as error:  # noqa: BLE001 - any op failing on the new layout: leave the graph
             if not is_call(node, aten.view.default, aten._unsafe_view.default):
-                log_artifact("passes", f"layout_optimization: {node.format_node()} fails channels-last "
-                                       f"({type(error).__name__}: {error}); the graph stays as it is")
-                return None
+                return _give_up(node, f"fails on the new layout ({type(error).__name__}: {error})")
             source = node.args[0]
             inputs[source] = plan.copy(fake_mode, source, torch.contiguous_format, node)
-            result = _run(fake_mode, node, plan, inputs)
+            try:
+                result = _run(fake_mode, node, plan, inputs)
+            except Exception as error:  # noqa: BLE001 - as above
+                return _give_up(node, f"fails on a contiguous copy ({type(error).__name__}: {error})")
         if not same_meta(result, node.meta.get("val")):
             plan.values[node] = result
-    _restore_user_outputs(gm, plan)
-    return plan
+    return plan if _restore_user_outputs(gm, plan) else None
+
+
+_STORAGE_OPS = (aten.as_strided.default, aten.as_strided_scatter.default, aten.as_strided_copy.default)
+"""Ops that address their input's storage with strides of their own: their result on a
+converted tensor would not be eager's."""
+
+
+def _give_up(node: torch.fx.Node, why: str) -> None:
+    log_artifact("passes", f"layout_optimization: {node.format_node()} {why}; the graph stays as traced")
+    return None
 
 
 def _run(fake_mode, node: torch.fx.Node, plan: _Plan, inputs: dict) -> Any:
@@ -191,9 +223,9 @@ def _run(fake_mode, node: torch.fx.Node, plan: _Plan, inputs: dict) -> Any:
         return node.target(*args, **kwargs)
 
 
-def _restore_user_outputs(gm: torch.fx.GraphModule, plan: _Plan) -> None:
-    """Plan copies back to the old layout for the outputs the user sees, where it was
-    contiguous or channels-last."""
+def _restore_user_outputs(gm: torch.fx.GraphModule, plan: _Plan) -> bool:
+    """Plan copies back to the old layout for the outputs the user sees; False when one
+    had a layout a copy cannot give (neither dense contiguous nor dense channels-last)."""
     (output,) = gm.graph.find_nodes(op="output")
     fake_mode = fake_mode_of(gm)
     leaves = pytree.tree_leaves(output.args[0])
@@ -205,11 +237,14 @@ def _restore_user_outputs(gm: torch.fx.GraphModule, plan: _Plan) -> None:
         old, new = node.meta.get("val"), plan.values[node]
         if not isinstance(old, torch.Tensor) or same_meta(old, new):
             continue
-        for fmt in (torch.contiguous_format, torch.channels_last):
-            if old.dim() == 4 or fmt is torch.contiguous_format:
-                if old.is_contiguous(memory_format=fmt):
-                    plan.copy(fake_mode, node, fmt, output)
-                    break
+        formats = [torch.contiguous_format] + ([torch.channels_last] if old.dim() == 4 else [])
+        fmt = next((f for f in formats if old.is_contiguous(memory_format=f)), None)
+        if fmt is None:
+            _give_up(node, "is an output the user sees, laid out neither contiguous nor channels-last")
+            return False
+        if not new.is_contiguous(memory_format=fmt):  # (N, C, 1, 1) is both: no copy
+            plan.copy(fake_mode, node, fmt, output)
+    return True
 
 
 def _apply(gm: torch.fx.GraphModule, plan: _Plan) -> int:
