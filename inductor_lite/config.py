@@ -48,9 +48,10 @@ reduction           REDUCTION                        a row reduction reads (Laye
                                                      weight gradient) is computed in that
                                                      row kernel's pass; 0: a kernel of its own
 layout_             INDUCTOR_LITE_LAYOUT_            1 (default): conv nets on CUDA run
-optimization        OPTIMIZATION                     channels-last where Inductor's heuristic
-                                                     says it pays (fx_passes.layout_
-                                                     optimization); 0: as traced
+optimization        OPTIMIZATION                     channels-last in inference where
+                                                     Inductor's heuristic says it pays
+                                                     (fx_passes.layout_optimization); 0: as
+                                                     traced
 ==================  ===============================  =======================================
 """
 

@@ -29,13 +29,15 @@ facts these are):
   fp64 NCHW whatever its input); no convolution of the graph may have a symbolic size
   (Inductor saw slowdowns with dynamic shapes, pytorch/pytorch#102670), and the graph
   has fewer than 300 nodes per convolution;
-- inference: the convolutions' flops, weighted by Inductor's measured channels-last
-  time ratios per kind of convolution (`FLOP_MULTIPLIERS`), must not exceed the
-  unweighted sum;
-- training: no convolution may be grouped with more than one input channel per group,
-  or "in-out" (``2 * C_out <= C_in`` with a kernel wider than 1), and not every one
-  may be "small" (at most 64 output and 64 input channels a group): the kinds Inductor
-  found slower channels-last.
+- the convolutions' flops, weighted by Inductor's measured channels-last time ratios
+  per kind of convolution (`FLOP_MULTIPLIERS`), must not exceed the unweighted sum.
+
+Only inference graphs are converted. In a training step the batch norms' statistics and
+their gradients become column reductions over ``N*H*W`` rows of ``C`` channels, and our
+split reductions of that shape are slower than the row-wise persistent reductions of NCHW:
+ResNet-50's training step lost 9% and compiled twice as long channels-last (H100,
+docs/performance.md, 2026-11-26). ``force=True`` converts forward graphs too, which
+the tests use to check that a training step stays correct.
 
 The graph is left as traced when the new layouts cannot be kept from the user: an
 ``as_strided`` reads a converted tensor (it addresses the storage as eager lays it
@@ -85,13 +87,16 @@ def layout_optimization(gm: torch.fx.GraphModule, force: bool = False) -> int:
         gm: an aten graph with fake ``meta['val']``; ``gm.meta[GRAPH_KIND]`` (``fw``,
             ``bw`` or ``inference``, default ``inference``) and ``gm.meta[USER_OUTPUTS]``
             (the output positions the user sees, default all) steer it.
-        force: convert every graph with a 2-D convolution, on any device.
+        force: convert every graph with a 2-D convolution (forward graphs included), on
+            any device.
     """
     kind = gm.meta.get(GRAPH_KIND, "inference")
-    if not config.layout_optimization or kind == "bw" or gm.meta.get(USER_OUTPUTS, ()) is None:
+    if not config.layout_optimization or gm.meta.get(USER_OUTPUTS, ()) is None:
+        return 0
+    if not force and kind != "inference":
         return 0
     convs = [n for n in gm.graph.nodes if _is_2d_conv(n, force)]
-    if not convs or not (force or _pays(gm, convs, is_inference=kind == "inference")):
+    if not convs or not (force or _pays(gm, convs)):
         return 0
     plan = _plan(gm, set(convs))
     if plan is None:
@@ -107,37 +112,25 @@ def _is_2d_conv(node: torch.fx.Node, force: bool) -> bool:
             and (force or x.device.type == "cuda") and is_concrete(x) and is_concrete(w))
 
 
-# Inductor's classes of convolution, by the weight's sizes ``(C_out, C_in / groups, kH, kW)``
-def _grouped(conv: torch.fx.Node) -> bool:
-    return conv.args[8] > 1 and val(conv.args[1]).shape[1] > 1
-
-
-def _small(conv: torch.fx.Node) -> bool:
-    w = val(conv.args[1])
-    return w.shape[0] <= 64 and w.shape[1] <= 64
-
-
-def _in_out(conv: torch.fx.Node) -> bool:
-    w = val(conv.args[1])
-    return w.shape[0] * 2 <= w.shape[1] and w.shape[2] > 1
-
-
 def _kind(conv: torch.fx.Node) -> str:
-    for kind, test in (("grouped", _grouped), ("small", _small), ("in_out", _in_out)):
-        if test(conv):
-            return kind
+    """Inductor's classes of convolution, by the weight's ``(C_out, C_in / groups, kH, kW)``."""
+    w = val(conv.args[1])
+    if conv.args[8] > 1 and w.shape[1] > 1:
+        return "grouped"
+    if w.shape[0] <= 64 and w.shape[1] <= 64:
+        return "small"
+    if w.shape[0] * 2 <= w.shape[1] and w.shape[2] > 1:
+        return "in_out"
     return "default"
 
 
-def _pays(gm: torch.fx.GraphModule, convs: list[torch.fx.Node], is_inference: bool) -> bool:
+def _pays(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> bool:
     every_conv = [n for n in gm.graph.nodes if is_call(n, aten.convolution.default)]
     if len(gm.graph.nodes) >= MAX_NODES_PER_CONV * len(every_conv):
         return False
     if not all(is_concrete(t) for n in every_conv for t in (tensor_val(n.args[0]), tensor_val(n.args[1]))
                if t is not None):
         return False
-    if not is_inference:
-        return not any(map(_grouped, convs)) and not any(map(_in_out, convs)) and not all(map(_small, convs))
     total = weighted = 0.0
     for conv in convs:
         flops = conv_flop_count(list(val(conv.args[0]).shape), list(val(conv.args[1]).shape),
