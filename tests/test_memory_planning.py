@@ -128,7 +128,7 @@ def check_plan(plan, scheduler):
 def test_a_chain_of_layers_reuses_one_buffer(poison_reused):
     def fn(x, w):
         for _ in range(4):
-            x = torch.relu((x @ w).t())  # read across the mm's output: not in place over it
+            x = torch.relu(x @ w).t().contiguous()  # read across the mm's output: not in place over it
         return x
 
     x, w = torch.randn(16, 16), torch.randn(16, 16)
@@ -173,15 +173,25 @@ def test_conv_then_batch_norm_relu_runs_in_the_convolution_output(poison_reused)
         assert_matches(code, lambda x: fn(x), torch.randn(2, 4, 10, 10))
 
 
-def test_an_extern_output_is_taken_in_place_only_as_it_is(poison_reused):
+def test_a_reshaped_extern_output_is_taken_in_place(poison_reused):
+    """A kernel reading a GEMM's output through a view of another shape (same bytes,
+    same element order: a linear layer's GELU) writes over it; a transposed read does not."""
     def fn(x, w):
-        return torch.relu((x @ w).view(2, 4, 16))  # same bytes and element order, other shape
+        return torch.relu((x @ w).view(2, 4, 16))
+
+    def transposed(x, w):
+        return torch.relu((x @ w).view(2, 4, 16).transpose(1, 2)).contiguous()
 
     x, w = torch.randn(8, 16), torch.randn(16, 16)
     code, scheduler = build(fn, x, w)
     check_plan(code.memory_plan, scheduler)
-    assert not code.memory_plan.reuses() and len(code.memory_plan.allocations()) == 1
+    (reuse,) = code.memory_plan.reuses()
+    assert reuse.inplace and not code.memory_plan.allocations()
     assert_matches(code, fn, torch.randn(8, 16), torch.randn(16, 16))
+    code, scheduler = build(transposed, x, w)
+    check_plan(code.memory_plan, scheduler)
+    assert not code.memory_plan.reuses() and len(code.memory_plan.allocations()) == 1
+    assert_matches(code, transposed, torch.randn(8, 16), torch.randn(16, 16))
 
 
 def test_inplace_over_a_dead_input_of_the_same_layout(poison_reused, planned_only):

@@ -309,7 +309,7 @@ def _live_bytes(lines: Sequence[Line], num_steps: int, size_hint: Callable[[Expr
 
 
 def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferSpec],
-                   single_pass: bool, as_is: frozenset[str] | set[str] = frozenset()) -> dict[str, BufferSpec]:
+                   single_pass: bool) -> dict[str, BufferSpec]:
     """For a kernel's outputs, inputs whose storage each may take: ``{output name: donor}``.
 
     An output ``O`` may be written over an input ``D`` (TorchInductor's in-place
@@ -325,10 +325,13 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
       the kernel, so the store of each element comes after every read of it;
     - the kernel makes one pass over its elements (``single_pass``: pointwise or
       persistent reduction), as a looped reduction recomputes values from its inputs in
-      later loops;
-    - a donor named in ``as_is`` (an extern op's output, whose storage offset the
-      wrapper does not track) has exactly ``O``'s size and strides, so ``O`` is that
-      tensor itself rather than a reinterpreted view from the storage's start.
+      later loops.
+
+    The wrapper makes ``O`` a view of ``D`` from ``D``'s first element
+    (``reinterpret_tensor`` counts offsets from the base tensor's own offset), so an
+    extern output whose storage offset the wrapper does not know works as a donor too,
+    reshaped or not (a linear layer's ``[B*T, 4C]`` GEMM output and the ``[B, T, 4C]``
+    GELU over it).
 
     Args:
         group: the `scheduler.fusion.KernelGroup` of the kernel.
@@ -336,8 +339,6 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
         dying: the inputs it reads from memory whose storage the wrapper owns and that
             nothing reads after it.
         single_pass: see above.
-        as_is: names among ``dying`` that only an output of the same size and strides
-            may take.
     """
     if not single_pass or not dying or not outputs:
         return {}
@@ -351,8 +352,6 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
         allowed = _ancestors_in_group(nodes, out.name) | {out.name}
         for donor in dying:
             if donor in donors.values() or not donor.same_storage(out):
-                continue
-            if donor.name in as_is and (donor.size, donor.stride) != (out.size, out.stride):
                 continue
             readers = {name for name, n in nodes.items() if donor.name in n.read_names()}
             reads = group.kernel_reads(donor.name, group.group, placements)

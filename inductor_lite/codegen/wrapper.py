@@ -248,7 +248,7 @@ class WrapperCodegen:
         dying = [self._spec(name) for name in sorted(group.reads() & set(self.scheduler.frees.get(step, ())))
                  if name in self.donors or name in self.extern_donors]
         single_pass = not group.is_reduction or is_persistent(group, reduction_axis(group))
-        inplace = inplace_donors(group, outputs, dying, single_pass, as_is=self.extern_donors)
+        inplace = inplace_donors(group, outputs, dying, single_pass)
         for buf in outputs:
             self.out.memory(AllocateLine(step, buf, buf.name in self.scheduler.output_names, inplace.get(buf.name)))
         numel = sympy.sympify(kernel.numel)
