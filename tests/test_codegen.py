@@ -247,7 +247,7 @@ def test_graph_on_two_cuda_devices_allocates_with_explicit_devices():
     with torch._subclasses.FakeTensorMode(allow_non_fake_inputs=True):
         x, y = torch.empty(5, 5, device="cuda:0"), torch.empty(5, 5, device="cuda:1")
         # .t(): the product is not written over the copy it reads, so each device allocates
-        code = build(lambda x, y: (y + 1).to("cuda:0").t() * x, x, y)
+        code = build(lambda x, y: x * (y + 1).to("cuda:0").t(), x, y)
     call = code.source[code.source.index("def call(args):"):]
     assert "with " not in call and "empty_strided_cuda(" not in call
     assert "device=device_0, dtype=torch.float32)" in call and "device=device_1, dtype=torch.float32)" in call
