@@ -290,6 +290,44 @@ def test_column_sum_is_an_outer_split_reduction(dtype, tmp_path):
     assert len(names) == 2 and all(not n.startswith("poi_") for n in names), names
 
 
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+def test_few_channel_statistics_are_a_split_welford(layout, tmp_path):
+    """Batch norm's statistics over few channels and long rows (strided in channels-last,
+    contiguous otherwise) split: a Welford over pieces of equal count, then their merge
+    (two small sums in one kernel); mean and variance as fp64's, output poisoned."""
+    x = randn(8, 6, 40, 64) * 3 + 5
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    names, _ = run_compiled(lambda x: torch.var_mean(x, dim=(0, 2, 3), correction=1), x, tmp_path=tmp_path)
+    assert len(names) == 2 and all(not n.startswith("poi_") for n in names), names
+
+
+def test_split_welford_needs_equal_pieces(tmp_path):
+    """Reduced elements with no power-of-two factor cannot split into equal pieces: one kernel."""
+    x = randn(3, 5, 97, 101)
+    names, _ = run_compiled(lambda x: torch.var_mean(x, dim=(0, 2, 3)), x, tmp_path=tmp_path)
+    assert len(names) == 1, names
+
+
+def test_channels_last_batch_norm_training_step(tmp_path):
+    """A training batch norm over a channels-last activation (split statistics in the
+    forward, column sums in the backward): values and gradients as fp64's."""
+    x = (randn(4, 6, 48, 48) * 2 + 1).contiguous(memory_format=torch.channels_last).requires_grad_()
+    w, b = randn(6).requires_grad_(), randn(6).requires_grad_()
+    fn = lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True).relu()  # noqa: E731
+    with config.patch(debug_dir=str(tmp_path)):
+        out = torch.compile(fn, backend="inductor_lite")(x, w, b)
+    grad = randn(*out.shape)
+    got = torch.autograd.grad(out, (x, w, b), grad)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    out64 = fn(x64, w64, b64)
+    ref = torch.autograd.grad(out64, (x64, w64, b64), grad.double())
+    torch.testing.assert_close(out.double(), out64, atol=1e-4, rtol=1e-4)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g.double(), r, atol=1e-3, rtol=1e-3)
+    assert counters["graphs_fallback"] == 0
+
+
 def test_cross_entropy_forward(tmp_path):
     x, target = torch.randn(16, 100), torch.randint(0, 100, (16,))
     target[3] = -100  # ignore_index

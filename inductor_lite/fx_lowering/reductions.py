@@ -25,7 +25,8 @@ pieces of ``ceil(rnumel / S)`` (``S`` or, where that leaves the last one empty, 
 a first reduction over ``numel`` rows a piece, a second over the pieces' partials (TorchInductor's split reductions, ``ir.py``, do the same).
 The partial records the reduction it splits (`ir.nodes.SplitOrigin`): the scheduler
 may split a column sum again, into pieces of rows that a row kernel over the same rows
-computes in its pass (`scheduler.mix_order`).
+computes in its pass (`scheduler.mix_order`). A Welford reduction (``var_mean``, batch
+norm's statistics) splits into pieces of equal count (`ReductionBuilder.welford`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Sequence
 import sympy
 import torch
 
-from ..ir.indexing import Expr, as_expr, product
+from ..ir.indexing import Expr, as_expr, flat_to_vars, product
 from ..ir.nodes import Pointwise, Reduction, SplitOrigin, StorageBox, reduction_identity
 from ..ir.ops import ops
 from .lowerings import NoLowering, cast, const, lazy_origins, register_lowering
@@ -192,6 +193,9 @@ class ReductionBuilder:
             m2 = Pointwise(ranges=list(self.out_size), inner_fn=lambda idx: const(0.0, self.src_dtype),
                            dtype=self.src_dtype, device=self.ctx.device, origins=self._origins())
             return StorageBox(mean), StorageBox(m2)
+        split = self._welford_split()
+        if split > 1:
+            return self._split_welford(split)
         base = Reduction(ranges=list(self.out_size), inner_fn=self.value, dtype=self.src_dtype,
                          device=self.ctx.device, origins=self._origins(),
                          reduction_ranges=list(self.reduction_ranges), reduction_type="welford_reduce",
@@ -199,6 +203,53 @@ class ReductionBuilder:
         mean = self._realize(base, None)
         m2 = self._realize(_replace_output(base, 1), None)
         return mean, m2
+
+    def _welford_split(self) -> int:
+        """`split_factor`'s pieces, halved until they divide the reduced elements: every
+        piece then holds the same count, which `_split_welford` merges with sums."""
+        split = split_factor(product(self.out_size), self.rnumel, self.outer)
+        while split > 1 and int(self.rnumel) % split:
+            split //= 2
+        return split
+
+    def _split_welford(self, split: int) -> tuple[StorageBox, StorageBox]:
+        """(mean, M2) in two stages: ``welford_reduce`` over ``split`` pieces of ``c``
+        elements each (a first reduction with ``split`` times the outputs, enough
+        programs for the GPU), then the pieces merged by Chan, Golub and LeVeque's
+        formula for equal counts: ``mean = sum(mean_p) / split`` and ``M2 = sum(M2_p) +
+        c * sum((mean_p - mean)**2)``, two small sum reductions. As TorchInductor splits
+        its Welford reductions; a batch norm over a channels-last activation (few
+        channels, the reduced rows strided) would otherwise run on a handful of
+        programs."""
+        chunk = int(self.rnumel) // split
+        ranges, out_size, device, dtype = list(self.reduction_ranges), list(self.out_size), self.ctx.device, self.src_dtype
+
+        def partial_fn(index, rindex):
+            return self.value(index[1:], flat_to_vars(index[0] * chunk + rindex[0], ranges))
+
+        # the piece dimension goes first, so an outer reduction's partials stay contiguous
+        base = Reduction(ranges=[sympy.Integer(split)] + out_size, inner_fn=partial_fn, dtype=dtype, device=device,
+                         origins=self._origins(), reduction_ranges=[sympy.Integer(chunk)],
+                         reduction_type="welford_reduce", src_dtype=dtype)
+        mean_p = self._realize(base, None).make_loader()
+        m2_p = self._realize(_replace_output(base, 1), None).make_loader()
+
+        def sum_over_pieces(fn) -> StorageBox:
+            return self._realize(Reduction(ranges=out_size, inner_fn=fn, dtype=dtype, device=device,
+                                           origins=self._origins(), reduction_ranges=[sympy.Integer(split)],
+                                           reduction_type="sum", src_dtype=dtype), None)
+
+        total = sum_over_pieces(lambda index, rindex: mean_p([rindex[0]] + list(index))).make_loader()
+        mean = self._realize(Pointwise(ranges=out_size, inner_fn=lambda index: ops.truediv(total(index), const(split, dtype)),
+                                       dtype=dtype, device=device, origins=self._origins()), None)
+        mean_load = mean.make_loader()
+
+        def m2_fn(index, rindex):
+            piece = [rindex[0]] + list(index)
+            delta = ops.sub(mean_p(piece), mean_load(index))
+            return ops.add(m2_p(piece), ops.mul(const(chunk, dtype), ops.mul(delta, delta)))
+
+        return mean, sum_over_pieces(m2_fn)
 
     def pointwise(self, fn, inputs: Sequence[StorageBox], out_dtype: torch.dtype) -> StorageBox:
         """An epilogue ``fn(*values)`` over the reduction outputs ``inputs`` (same size)."""
