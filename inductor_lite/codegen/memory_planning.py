@@ -19,8 +19,9 @@ rewrites the memory lines before any text is written, as TorchInductor's wrapper
   taken only if the live bytes over that gap plus the held storage stay within the
   peak of the plan before reuse (TorchInductor's ``should_reuse_buffer``).
 - In place: an `AllocateLine` with an ``inplace_donor`` (chosen by `inplace_donors`:
-  an input that dies at the kernel writing the output, same layout, each element read
-  only where the output's same element is written; a planned buffer, a donated input
+  an input that dies at the kernel writing the output, spanning the same storage
+  (device, dtype, bytes), each element read only where the output's same element is
+  written; a planned buffer, a donated input
   or a new tensor an extern op returned, `returns_new_tensor`) becomes
   ``buf5 = buf2  # reuse buf2 in place``; the kernel gets both names, and the donor's
   free after the kernel becomes a plain ``del``.
@@ -316,9 +317,11 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
     buffers, ``Scheduler.decide_inplace_update``) when:
 
     - ``D`` dies at this kernel and its storage is the wrapper's to reuse (``dying``:
-      a buffer it allocated, or a backward's donated input);
+      a buffer it allocated, a backward's donated input, or a new tensor an extern op
+      returned);
     - both span the same storage (device, dtype, bytes; ``[1024, 32000]`` logits and
-      their ``[2, 512, 32000]`` gradient alike);
+      their ``[2, 512, 32000]`` gradient alike; a padded GEMM's result, read through a
+      slice, spans more than the kernel's output and is never taken);
     - the kernel reads ``D`` at one kernel index (a memory offset), the one it writes
       ``O`` at, so each element of ``D`` is read by the lane that overwrites it;
     - every node of the group reading ``D`` is ``O``'s node or one it depends on inside
@@ -336,8 +339,8 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
     Args:
         group: the `scheduler.fusion.KernelGroup` of the kernel.
         outputs: the buffers it stores that the wrapper allocates.
-        dying: the inputs it reads from memory whose storage the wrapper owns and that
-            nothing reads after it.
+        dying: the inputs it reads from memory whose storage the wrapper may hand on
+            (see the first condition) and that nothing reads after it.
         single_pass: see above.
     """
     if not single_pass or not dying or not outputs:
