@@ -494,3 +494,31 @@ def test_only_ops_that_always_allocate_are_extern_donors():
     # no alias in the schema, yet the input comes back; out= variants; views
     assert not any(returns_new_tensor(op) for op in (aten.dequantize.self, aten.lift.default, aten.mm.out,
                                                      aten.unfold.default, lambda x: x))
+
+
+def test_a_transposed_read_written_at_the_same_offset_is_in_place(poison_reused):
+    """``relu(mm.t())`` is laid out as its input (transposed strides), so each element is
+    written where it was read: the kernel takes the GEMM's output in place. A
+    channels-last convolution's output read through ``flatten(2)`` does too."""
+    def transposed(x, w):
+        return torch.relu((x @ w).t())
+
+    conv = nn.Conv2d(4, 8, 3, padding=1, bias=False)
+
+    def conv_flatten(x):
+        return torch.relu(conv(x).flatten(2))
+
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    code, scheduler = build(transposed, x, w)
+    check_plan(code.memory_plan, scheduler)
+    (reuse,) = code.memory_plan.reuses()
+    assert reuse.inplace and not code.memory_plan.allocations()
+    assert_matches(code, transposed, torch.randn(8, 16), torch.randn(16, 16))
+    image = torch.randn(2, 4, 6, 6).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        code, scheduler = build(conv_flatten, image, mode="real")
+        check_plan(code.memory_plan, scheduler)
+        (reuse,) = code.memory_plan.reuses()
+        assert reuse.inplace
+        fresh = torch.randn(2, 4, 6, 6).contiguous(memory_format=torch.channels_last)
+        assert_matches(code, conv_flatten, fresh)
