@@ -125,6 +125,17 @@ def check_plan(plan, scheduler):
     assert plan.peak_bytes <= plan.unplanned_peak_bytes
 
 
+def assert_written_in_place(fn, *inputs, mode="fake"):
+    """``fn``'s one kernel writes its output over the extern result it reads: one
+    in-place reuse, no allocation, a safe plan, and eager's values on fresh inputs laid
+    out as ``inputs`` (``torch.randn_like`` keeps their strides)."""
+    code, scheduler = build(fn, *inputs, mode=mode)
+    check_plan(code.memory_plan, scheduler)
+    (reuse,) = code.memory_plan.reuses()
+    assert reuse.inplace and not code.memory_plan.allocations()
+    assert_matches(code, fn, *[torch.randn_like(x) for x in inputs])
+
+
 def test_a_chain_of_layers_reuses_one_buffer(poison_reused):
     def fn(x, w):
         for _ in range(4):
@@ -164,13 +175,8 @@ def test_conv_then_batch_norm_relu_runs_in_the_convolution_output(poison_reused)
     def fn(x):
         return torch.relu(bn(conv(x)))
 
-    x = torch.randn(2, 4, 10, 10)
     with torch.no_grad():
-        code, scheduler = build(fn, x, mode="real")
-        (reuse,) = code.memory_plan.reuses()
-        assert reuse.inplace and not code.memory_plan.allocations()
-        check_plan(code.memory_plan, scheduler)
-        assert_matches(code, lambda x: fn(x), torch.randn(2, 4, 10, 10))
+        assert_written_in_place(fn, torch.randn(2, 4, 10, 10), mode="real")
 
 
 def test_a_reshaped_extern_output_is_taken_in_place(poison_reused):
@@ -183,11 +189,7 @@ def test_a_reshaped_extern_output_is_taken_in_place(poison_reused):
         return torch.relu((x @ w).view(2, 4, 16).transpose(1, 2)).contiguous()
 
     x, w = torch.randn(8, 16), torch.randn(16, 16)
-    code, scheduler = build(fn, x, w)
-    check_plan(code.memory_plan, scheduler)
-    (reuse,) = code.memory_plan.reuses()
-    assert reuse.inplace and not code.memory_plan.allocations()
-    assert_matches(code, fn, torch.randn(8, 16), torch.randn(16, 16))
+    assert_written_in_place(fn, x, w)
     code, scheduler = build(transposed, x, w)
     check_plan(code.memory_plan, scheduler)
     assert not code.memory_plan.reuses() and len(code.memory_plan.allocations()) == 1
@@ -508,17 +510,7 @@ def test_a_transposed_read_written_at_the_same_offset_is_in_place(poison_reused)
     def conv_flatten(x):
         return torch.relu(conv(x).flatten(2))
 
-    x, w = torch.randn(8, 16), torch.randn(16, 16)
-    code, scheduler = build(transposed, x, w)
-    check_plan(code.memory_plan, scheduler)
-    (reuse,) = code.memory_plan.reuses()
-    assert reuse.inplace and not code.memory_plan.allocations()
-    assert_matches(code, transposed, torch.randn(8, 16), torch.randn(16, 16))
-    image = torch.randn(2, 4, 6, 6).contiguous(memory_format=torch.channels_last)
+    assert_written_in_place(transposed, torch.randn(8, 16), torch.randn(16, 16))
     with torch.no_grad():
-        code, scheduler = build(conv_flatten, image, mode="real")
-        check_plan(code.memory_plan, scheduler)
-        (reuse,) = code.memory_plan.reuses()
-        assert reuse.inplace
-        fresh = torch.randn(2, 4, 6, 6).contiguous(memory_format=torch.channels_last)
-        assert_matches(code, conv_flatten, fresh)
+        assert_written_in_place(conv_flatten, torch.randn(2, 4, 6, 6).contiguous(memory_format=torch.channels_last),
+                                mode="real")

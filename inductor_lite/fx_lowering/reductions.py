@@ -38,7 +38,7 @@ from typing import Sequence
 import sympy
 import torch
 
-from ..ir.indexing import Expr, as_expr, flat_to_vars, product
+from ..ir.indexing import Expr, as_expr, product
 from ..ir.nodes import Pointwise, Reduction, SplitOrigin, StorageBox, reduction_identity
 from ..ir.ops import ops
 from .lowerings import NoLowering, cast, const, lazy_origins, register_lowering
@@ -222,14 +222,13 @@ class ReductionBuilder:
         channels, the reduced rows strided) would otherwise run on a handful of
         programs."""
         chunk = int(self.rnumel) // split
-        ranges, out_size, device, dtype = list(self.reduction_ranges), list(self.out_size), self.ctx.device, self.src_dtype
-
-        def partial_fn(index, rindex):
-            return self.value(index[1:], flat_to_vars(index[0] * chunk + rindex[0], ranges))
-
+        out_size, device, dtype = list(self.out_size), self.ctx.device, self.src_dtype
+        # the pieces divide the elements, so no position past the end needs an identity;
+        # no split_origin on the node: the scheduler re-splits only sums (`scheduler.mix_order`)
+        pieces = SplitOrigin(self.value, tuple(out_size), tuple(self.reduction_ranges), chunk, identity=None)
         # the piece dimension goes first, so an outer reduction's partials stay contiguous
-        base = Reduction(ranges=[sympy.Integer(split)] + out_size, inner_fn=partial_fn, dtype=dtype, device=device,
-                         origins=self._origins(), reduction_ranges=[sympy.Integer(chunk)],
+        base = Reduction(ranges=[sympy.Integer(split)] + out_size, inner_fn=pieces.partial_fn(), dtype=dtype,
+                         device=device, origins=self._origins(), reduction_ranges=[sympy.Integer(chunk)],
                          reduction_type="welford_reduce", src_dtype=dtype)
         mean_p = self._realize(base, None).make_loader()
         m2_p = self._realize(_replace_output(base, 1), None).make_loader()
@@ -240,8 +239,8 @@ class ReductionBuilder:
                                            reduction_type="sum", src_dtype=dtype), None)
 
         total = sum_over_pieces(lambda index, rindex: mean_p([rindex[0]] + list(index))).make_loader()
-        mean = self._realize(Pointwise(ranges=out_size, inner_fn=lambda index: ops.truediv(total(index), const(split, dtype)),
-                                       dtype=dtype, device=device, origins=self._origins()), None)
+        mean = self._realize(Pointwise(ranges=out_size, dtype=dtype, device=device, origins=self._origins(),
+                                       inner_fn=lambda index: ops.truediv(total(index), const(split, dtype))), None)
         mean_load = mean.make_loader()
 
         def m2_fn(index, rindex):

@@ -145,7 +145,8 @@ class _Plan:
     memory format)``, with the nodes whose argument it replaces and its fake value; and the
     fake values of the nodes downstream that change."""
 
-    def __init__(self) -> None:
+    def __init__(self, fake_mode) -> None:
+        self.fake_mode = fake_mode
         self.copies: dict[tuple[torch.fx.Node, torch.memory_format], tuple[Any, list[torch.fx.Node]]] = {}
         self.values: dict[torch.fx.Node, Any] = {}
 
@@ -154,11 +155,11 @@ class _Plan:
             return self.values.get(node, node.meta.get("val"))
         return node
 
-    def copy(self, fake_mode, source: torch.fx.Node, fmt: torch.memory_format, reader: torch.fx.Node) -> Any:
+    def copy(self, source: torch.fx.Node, fmt: torch.memory_format, reader: torch.fx.Node) -> Any:
         """Plan ``source`` copied to ``fmt`` for ``reader``; returns the copy's fake value."""
         key = (source, fmt)
         if key not in self.copies:
-            with fake_mode:
+            with self.fake_mode:
                 self.copies[key] = (aten.clone.default(self.value(source), memory_format=fmt), [])
         self.copies[key][1].append(reader)
         return self.copies[key][0]
@@ -167,8 +168,7 @@ class _Plan:
 def _plan(gm: torch.fx.GraphModule, convs: set) -> Optional[_Plan]:
     """Walk ``gm`` once in order, planning the copies and recomputing fake values; None
     (the graph is left as it was) when some node's op fails on the new layouts."""
-    fake_mode = fake_mode_of(gm)
-    plan = _Plan()
+    plan = _Plan(fake_mode_of(gm))
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -176,20 +176,20 @@ def _plan(gm: torch.fx.GraphModule, convs: set) -> Optional[_Plan]:
         if node in convs:
             for arg in node.args[:2]:
                 if not plan.value(arg).is_contiguous(memory_format=torch.channels_last):
-                    inputs[arg] = plan.copy(fake_mode, arg, torch.channels_last, node)
+                    inputs[arg] = plan.copy(arg, torch.channels_last, node)
         if not inputs and not any(i in plan.values for i in node.all_input_nodes):
             continue
         if is_call(node, *_STORAGE_OPS):
             return _give_up(node, "addresses the storage as eager lays it out")
         try:
-            result = _run(fake_mode, node, plan, inputs)
+            result = _run(node, plan, inputs)
         except Exception as error:  # noqa: BLE001 - any op failing on the new layout: leave the graph
             if not is_call(node, aten.view.default, aten._unsafe_view.default):
                 return _give_up(node, f"fails on the new layout ({type(error).__name__}: {error})")
             source = node.args[0]
-            inputs[source] = plan.copy(fake_mode, source, torch.contiguous_format, node)
+            inputs[source] = plan.copy(source, torch.contiguous_format, node)
             try:
-                result = _run(fake_mode, node, plan, inputs)
+                result = _run(node, plan, inputs)
             except Exception as error:  # noqa: BLE001 - as above
                 return _give_up(node, f"fails on a contiguous copy ({type(error).__name__}: {error})")
         if not same_meta(result, node.meta.get("val")):
@@ -207,12 +207,12 @@ def _give_up(node: torch.fx.Node, why: str) -> None:
     return None
 
 
-def _run(fake_mode, node: torch.fx.Node, plan: _Plan, inputs: dict) -> Any:
+def _run(node: torch.fx.Node, plan: _Plan, inputs: dict) -> Any:
     def value(a: Any) -> Any:
         return inputs[a] if a in inputs else plan.value(a)
 
     args, kwargs = pytree.tree_map_only(torch.fx.Node, value, (node.args, node.kwargs))
-    with fake_mode:
+    with plan.fake_mode:
         return node.target(*args, **kwargs)
 
 
@@ -220,7 +220,6 @@ def _restore_user_outputs(gm: torch.fx.GraphModule, plan: _Plan) -> bool:
     """Plan copies back to the old layout for the outputs the user sees; False when one
     had a layout a copy cannot give (neither dense contiguous nor dense channels-last)."""
     (output,) = gm.graph.find_nodes(op="output")
-    fake_mode = fake_mode_of(gm)
     leaves = pytree.tree_leaves(output.args[0])
     visible = gm.meta.get(USER_OUTPUTS, range(len(leaves)))
     for i in visible:
@@ -236,7 +235,7 @@ def _restore_user_outputs(gm: torch.fx.GraphModule, plan: _Plan) -> bool:
             _give_up(node, "is an output the user sees, laid out neither contiguous nor channels-last")
             return False
         if not new.is_contiguous(memory_format=fmt):  # (N, C, 1, 1) is both: no copy
-            plan.copy(fake_mode, node, fmt, output)
+            plan.copy(node, fmt, output)
     return True
 
 
