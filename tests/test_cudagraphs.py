@@ -1,5 +1,7 @@
 """CUDA graphs for mode="reduce-overhead": the capture policy on CPU, the real thing on a GPU."""
 
+import subprocess
+import sys
 import types
 
 import pytest
@@ -327,6 +329,42 @@ def test_gpu_modes_and_input_mutation():
             torch.testing.assert_close(compiled(x, y), fn(x_ref, y))
             torch.testing.assert_close(x, x_ref)
         assert (counters["cudagraph_recordings"] > 0) == records and counters["cudagraph_skips"] == 0
+
+
+CLEARED_WORKSPACES_SCRIPT = """
+import torch
+import inductor_lite
+
+# K >> M, N: cuBLAS picks split-K GEMMs, which use its workspace
+model = torch.nn.Sequential(torch.nn.Linear(16384, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16384),
+                            torch.nn.ReLU(), torch.nn.Linear(16384, 64)).cuda()
+compiled = torch.compile(model, backend="inductor_lite", mode="reduce-overhead")
+x = torch.randn(64, 16384, device="cuda")
+with torch.no_grad():
+    for _ in range(3):
+        compiled(x)
+    # what Inductor's cudagraph trees do around each of their recordings
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.empty_cache()
+    held = [torch.full((1 << 22,), 7.0, device="cuda") for _ in range(16)]  # takes any freed block
+    for _ in range(3):
+        out = compiled(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert all(bool((h == 7).all()) for h in held), "a replay wrote into another tensor's memory"
+torch.cuda.synchronize()
+counters = inductor_lite.counters
+assert counters["cudagraph_replays"] >= 4 and counters["cudagraph_skips"] == 0, dict(counters)
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_replays_survive_cleared_cublas_workspaces():
+    """A recording's GEMMs must not use a cuBLAS workspace that someone else can free
+    (Inductor's cudagraph trees clear the workspaces; the next replay then faulted).
+    In a child process: a fault is sticky and would fail every later CUDA test here."""
+    child = subprocess.run([sys.executable, "-c", CLEARED_WORKSPACES_SCRIPT], capture_output=True, text=True,
+                           timeout=600)
+    assert child.returncode == 0, child.stderr[-3000:]
 
 
 @torch.library.custom_op("inductor_lite_test::scale_by_max", mutates_args=())

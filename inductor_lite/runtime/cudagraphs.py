@@ -30,8 +30,9 @@ At run time (`CUDAGraphRunner`), per call:
   sees (pointer alignment is part of a binary's specialisation), so nothing compiles,
   loads or times inside the capture. The same call is then captured with
   ``torch.cuda.graph`` into a pool of its own (two recordings sharing a pool could
-  place one's outputs in the other's intermediates) and replayed once for the call's
-  results. A binary loaded during capture, or any capture error, turns the graph to
+  place one's outputs in the other's intermediates), with the cuBLAS workspaces cleared
+  before and after so that the captured GEMMs' workspace lives in that pool too
+  (`_clear_cublas_workspaces`), and replayed once for the call's results. A binary loaded during capture, or any capture error, turns the graph to
   plain launches for good (that call returns the warm-up's results).
 - **Outputs.** A replay hands out new tensors over the recording's output memory
   (``detach()``: same storage, no autograd link), and keeps no reference to them. Before
@@ -355,6 +356,7 @@ class CUDAGraphRunner:
         caller_stream.wait_stream(stream)
         try:
             graph = torch.cuda.CUDAGraph()
+            _clear_cublas_workspaces()
             with torch.cuda.graph(graph, pool=torch.cuda.graph_pool_handle(), stream=stream,
                                   capture_error_mode="thread_local"):
                 loaded = _binaries_loaded()
@@ -366,6 +368,8 @@ class CUDAGraphRunner:
             record_skip(self.name, f"capture failed: {type(error).__name__}: {error}")
             _reset_generators_after_failed_capture(self.name, stream)
             return _OutputPlan(warmup_outputs, graph_inputs).outputs(inputs)
+        finally:
+            _clear_cublas_workspaces()
         recording = _Recording(graph, buffers, _OutputPlan(captured, graph_inputs))
         del warmup_outputs, captured, graph_inputs
         recording.plan.measure_baseline()
@@ -503,6 +507,22 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
     if stream is None:
         stream = _side_streams[device] = torch.cuda.Stream(device)
     return stream
+
+
+def _clear_cublas_workspaces() -> None:
+    """Drop the cuBLAS workspaces that torch keeps per (handle, stream).
+
+    Called right before and after each capture. Before: the captured GEMMs then get a
+    fresh workspace, allocated inside the recording's private pool, which keeps that
+    memory for as long as the graph lives. Without it they would use the workspace the
+    warm-up left on the side stream, ordinary allocator memory: anyone who clears the
+    workspaces later (Inductor's cudagraph trees do, around each of their recordings)
+    frees it under the graph, and a replay then writes into memory that another tensor
+    owns, or that ``empty_cache`` unmapped ("unspecified launch failure"). After: plain
+    GEMMs on that stream must not share the workspace a replay writes. Inductor does
+    the same (``clear_cublas_manager`` in ``torch/_inductor/cudagraph_trees.py``).
+    """
+    torch._C._cuda_clearCublasWorkspaces()
 
 
 def _reset_generators_after_failed_capture(name: str, stream: torch.cuda.Stream) -> None:
