@@ -65,6 +65,9 @@ def test_skip_reasons_name_the_problem():
     assert "CPU tensors" in skip_reason(make_fx(lambda x, y: x + y, tracing_mode="fake")(a, b))
     assert "2 devices" in skip_reason(_cuda_graph(lambda x, y: x + y, a, b, devices={"y_1": "cuda:1"}))
     assert "data-dependent output shape" in skip_reason(_cuda_graph(lambda x: x.nonzero(), a))
+    assert "data-dependent output shape" in skip_reason(_cuda_graph(lambda x, m: x[m], a, mask))
+    # index.Tensor is tagged dynamic_output_shape, but integer indices fix the output's shape
+    assert skip_reason(_cuda_graph(lambda x, i: x[i] * 2, a, torch.tensor([3, 1, 4]))) is None
     assert "reads device values on the host" in skip_reason(_cuda_graph(lambda x: x * x.sum().item(), a))
     index_put = _cuda_graph(lambda x, m, v: torch.ops.aten.index_put(x, [m], v), a, mask, torch.tensor(1.0))
     assert "boolean indices" in skip_reason(index_put)
@@ -268,6 +271,17 @@ def test_gpu_new_shape_records_again():
         torch.testing.assert_close(compiled(x, y), (x * y[:, None]).exp() + x[:, -1:])
     assert counters["graphs_compiled"] == 1
     assert counters["cudagraph_recordings"] == 2 and counters["cudagraph_replays"] == 2
+
+
+@pytest.mark.gpu
+def test_gpu_integer_indexing_is_captured():
+    """``x[i]`` with integer indices (an embedding's rotary table, say) has a fixed shape."""
+    compiled = torch.compile(lambda x, i: x[i] * 2, backend="inductor_lite", mode="reduce-overhead")
+    x = torch.randn(64, 32, device="cuda")
+    for _ in range(3):
+        i = torch.randint(0, 64, (16,), device="cuda")
+        torch.testing.assert_close(compiled(x, i), x[i] * 2)
+    assert counters["cudagraph_skips"] == 0 and counters["cudagraph_replays"] >= 1
 
 
 @pytest.mark.gpu

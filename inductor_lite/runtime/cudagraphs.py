@@ -227,7 +227,10 @@ def _unsafe_op_reason(node: torch.fx.Node) -> Optional[str]:
         return f"{target} reads device values on the host ({node.name})"
     if unsafe_tag is not None and unsafe_tag in tags:
         return f"{target} is tagged cudagraph_unsafe ({node.name})"
-    if torch.Tag.dynamic_output_shape in tags or free_unbacked_symbols(node.meta.get("val")):
+    # The tag marks ops that *may* size their output from data (``index.Tensor`` does with
+    # a boolean index, not with integer ones); the fake value says whether this call did.
+    value = node.meta.get("val")
+    if free_unbacked_symbols(value) or (value is None and torch.Tag.dynamic_output_shape in tags):
         return f"{target} has a data-dependent output shape ({node.name})"
     if packet in _INDEX_PUT_OPS:
         indices = node.args[1] if len(node.args) > 1 else node.kwargs.get("indices", ())
