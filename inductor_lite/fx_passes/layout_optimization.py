@@ -33,11 +33,12 @@ facts these are):
   per kind of convolution (`FLOP_MULTIPLIERS`), must not exceed the unweighted sum.
 
 Only inference graphs are converted. In a training step the batch norms' statistics and
-their gradients become column reductions over ``N*H*W`` rows of ``C`` channels, and our
-split reductions of that shape are slower than the row-wise persistent reductions of NCHW:
-ResNet-50's training step lost 9% and compiled twice as long channels-last (H100,
-docs/performance.md, 2026-11-26). ``force=True`` converts forward graphs too, which
-the tests use to check that a training step stays correct.
+their gradients become column reductions over ``N*H*W`` rows of ``C`` channels, each a
+two-kernel split reduction where NCHW has one row reduction, and every weight and weight
+gradient needs a copy: the step launches more kernels and compiles longer, and the
+convnets' training steps of the benchmark suite, host-bound, ran slower channels-last
+than NCHW (docs/performance.md). ``force=True`` converts forward graphs too, which the
+tests use to check that a training step stays correct.
 
 The graph is left as traced when the new layouts cannot be kept from the user: an
 ``as_strided`` reads a converted tensor (it addresses the storage as eager lays it
