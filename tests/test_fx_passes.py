@@ -748,6 +748,42 @@ def test_cross_entropy_training_saves_no_fp32_log_probabilities():
     torch.testing.assert_close(x.grad, expected_x.grad)
 
 
+
+def _tanh_gelu_mlp(x, w1, w2):
+    h = x @ w1
+    return (0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h.pow(3)))) @ w2).square().mean()
+
+
+def test_training_recomputes_a_detached_result_instead_of_saving_it():
+    """Autograd saves tanh's output for its backward through a ``detach``. The partition
+    must be free to recompute it from the GEMM's output, which the backward keeps anyway
+    (GPT-2's tanh GELU saved both: an extra activation per layer)."""
+    from functorch.compile import aot_function
+    from inductor_lite.backend import _partition
+    from inductor_lite.fx_lowering.decompositions import decomposition_table
+    x, w1, w2 = (_rand(64, 32).requires_grad_(), _rand(32, 128).requires_grad_(), _rand(128, 32).requires_grad_())
+    saved = []
+
+    def forward_compiler(gm, args):
+        (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+        saved.extend(n for n in output.args[0][1:] if isinstance(n, torch.fx.Node))
+        return gm
+
+    step = aot_function(_tanh_gelu_mlp, fw_compiler=forward_compiler, bw_compiler=lambda gm, args: gm,
+                        decompositions=decomposition_table(), partition_fn=_partition)
+    loss = step(x, w1, w2)
+    loss.backward()
+    assert not any(n.target is torch.ops.aten.tanh.default for n in saved)
+    hidden = [n for n in saved if n.meta["val"].numel() == 64 * 128]
+    assert len(hidden) == 2  # the GEMM's output (for the GELU's backward) and the GELU's output (for w2's)
+    inputs = [t.detach().double().requires_grad_() for t in (x, w1, w2)]
+    expected = _tanh_gelu_mlp(*inputs)
+    expected.backward()
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-4, atol=1e-5)
+    for t, ref in zip((x, w1, w2), inputs):
+        torch.testing.assert_close(t.grad.double(), ref.grad, rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------- layout optimization
 
 def _conv_block(x, w1, w2):
