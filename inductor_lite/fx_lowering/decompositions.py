@@ -105,8 +105,6 @@ DECOMPOSED_OPS = [
     # unlike a view, as an op the backward must materialize, so it saved such a result
     # instead of recomputing it from the tensor before it
     aten.detach,
-    aten.lift,
-    aten.lift_fresh,
 ]
 
 
