@@ -68,6 +68,12 @@ def test_skip_reasons_name_the_problem():
     assert "data-dependent output shape" in skip_reason(_cuda_graph(lambda x, m: x[m], a, mask))
     # index.Tensor is tagged dynamic_output_shape, but integer indices fix the output's shape
     assert skip_reason(_cuda_graph(lambda x, i: x[i] * 2, a, torch.tensor([3, 1, 4]))) is None
+    # a boolean index still calls nonzero when its size was resolved (a torch._check)
+    resolved = _cuda_graph(lambda x, m: x[m], a, mask)
+    (index,) = resolved.graph.find_nodes(op="call_function", target=torch.ops.aten.index.Tensor)
+    with index.meta["val"].fake_mode:
+        index.meta["val"] = torch.empty(4, device="cuda")
+    assert "data-dependent output shape" in skip_reason(resolved)
     assert "reads device values on the host" in skip_reason(_cuda_graph(lambda x: x * x.sum().item(), a))
     index_put = _cuda_graph(lambda x, m, v: torch.ops.aten.index_put(x, [m], v), a, mask, torch.tensor(1.0))
     assert "boolean indices" in skip_reason(index_put)

@@ -773,6 +773,7 @@ def test_training_recomputes_a_detached_result_instead_of_saving_it():
                         decompositions=decomposition_table(), partition_fn=_partition)
     loss = step(x, w1, w2)
     loss.backward()
+    assert counters["pass.alias_detach"] >= 1
     assert not any(n.target is torch.ops.aten.tanh.default for n in saved)
     hidden = [n for n in saved if n.meta["val"].numel() == 64 * 128]
     assert len(hidden) == 2  # the GEMM's output (for the GELU's backward) and the GELU's output (for w2's)

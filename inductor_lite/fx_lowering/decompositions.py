@@ -13,8 +13,7 @@ as Inductor decomposes them. Their pieces (``amax``, ``sum``, ``var_mean``, ``ex
 `Reduction` and `Pointwise` nodes that the scheduler fuses into one kernel per row
 pattern. Matmuls, convolution, attention and embedding stay whole and become extern
 calls. GELU, SiLU, sigmoid/tanh backward, threshold backward and dropout backward have
-direct lowerings, so they are not decomposed. ``detach`` becomes ``alias`` (a view), so
-the partitioner may recompute a detached result (see `DECOMPOSED_OPS`).
+direct lowerings, so they are not decomposed.
 """
 
 from __future__ import annotations
@@ -100,11 +99,6 @@ DECOMPOSED_OPS = [
     aten.special_entr,
     aten.special_log_ndtr,
     aten.special_xlog1py,
-    # to `alias`, as Inductor's table does: autograd detaches each result it saves for the
-    # backward (tanh's, sigmoid's, exp's), and the min-cut partitioner treats `detach`,
-    # unlike a view, as an op the backward must materialize, so it saved such a result
-    # instead of recomputing it from the tensor before it
-    aten.detach,
 ]
 
 

@@ -35,6 +35,8 @@ before AOTAutograd partitions it, the same way (counters ``pass.<name>``, the
 1. `sink_gather.sink_gather`: cross-entropy's gather reads the logits, not the
    log-probabilities, so the backward recomputes those instead of the forward saving
    them in fp32.
+2. `alias_detach.alias_detach`: ``detach`` becomes ``alias`` (a view), so results that
+   autograd saves through a ``detach`` (tanh's, sigmoid's) may be recomputed.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import torch.fx
 
 from ..counters import counters
 from ..logs import log_artifact
+from .alias_detach import alias_detach
 from .fuse_attention import fuse_attention
 from .layout_optimization import layout_optimization
 from .pad_mm import pad_mm
@@ -63,6 +66,7 @@ PASSES: list[tuple[str, Callable[[torch.fx.GraphModule], int]]] = [
 
 JOINT_PASSES: list[tuple[str, Callable[[torch.fx.GraphModule], int]]] = [
     ("sink_gather", sink_gather),
+    ("alias_detach", alias_detach),
 ]
 """``(name, pass)`` in the order `run_joint_passes` applies them."""
 

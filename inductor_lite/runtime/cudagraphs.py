@@ -227,18 +227,31 @@ def _unsafe_op_reason(node: torch.fx.Node) -> Optional[str]:
         return f"{target} reads device values on the host ({node.name})"
     if unsafe_tag is not None and unsafe_tag in tags:
         return f"{target} is tagged cudagraph_unsafe ({node.name})"
-    # The tag marks ops that *may* size their output from data (``index.Tensor`` does with
-    # a boolean index, not with integer ones); the fake value says whether this call did.
-    value = node.meta.get("val")
-    if free_unbacked_symbols(value) or (value is None and torch.Tag.dynamic_output_shape in tags):
+    # The tag marks ops that *may* size their output from data: ``index.Tensor`` only does
+    # with a boolean index (``nonzero``), so integer indices (a rotary table's lookup) pass.
+    # The fake value alone does not tell: a size the shape environment has resolved, after
+    # a ``torch._check``, no longer shows as unbacked.
+    dynamic = torch.Tag.dynamic_output_shape in tags
+    if packet == "aten.index" and not _has_boolean_index(node):
+        dynamic = False
+    if dynamic or free_unbacked_symbols(node.meta.get("val")):
         return f"{target} has a data-dependent output shape ({node.name})"
-    if packet in _INDEX_PUT_OPS:
-        indices = node.args[1] if len(node.args) > 1 else node.kwargs.get("indices", ())
-        for index in indices or ():
-            value = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
-            if isinstance(value, torch.Tensor) and value.dtype in (torch.bool, torch.uint8):
-                return f"{target} with boolean indices calls nonzero ({node.name})"
+    if packet in _INDEX_PUT_OPS and _has_boolean_index(node):
+        return f"{target} with boolean indices calls nonzero ({node.name})"
     return None
+
+
+def _has_boolean_index(node: torch.fx.Node) -> bool:
+    """Whether an ``index``/``index_put`` node has a boolean (or uint8) index, or an
+    index whose dtype is unknown."""
+    indices = node.args[1] if len(node.args) > 1 else node.kwargs.get("indices", ())
+    for index in indices or ():
+        if index is None:
+            continue
+        value = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor) or value.dtype in (torch.bool, torch.uint8):
+            return True
+    return False
 
 
 def record_skip(name: str, reason: str) -> None:
@@ -524,6 +537,12 @@ def _clear_cublas_workspaces() -> None:
     owns, or that ``empty_cache`` unmapped ("unspecified launch failure"). After: plain
     GEMMs on that stream must not share the workspace a replay writes. Inductor does
     the same (``clear_cublas_manager`` in ``torch/_inductor/cudagraph_trees.py``).
+
+    Costs and reach: each recording with a GEMM keeps a workspace of its own (cuBLAS's
+    default is 32 MiB on Hopper) for as long as it lives. The clear drops the workspaces
+    of every stream in the process (torch binds no per-stream clear in Python), so
+    another library's CUDA graph that captured GEMMs without clearing first loses its
+    workspace the same way, as it would to Inductor's.
     """
     torch._C._cuda_clearCublasWorkspaces()
 
