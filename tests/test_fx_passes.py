@@ -748,7 +748,6 @@ def test_cross_entropy_training_saves_no_fp32_log_probabilities():
     torch.testing.assert_close(x.grad, expected_x.grad)
 
 
-
 def _tanh_gelu_mlp(x, w1, w2):
     h = x @ w1
     return (0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h.pow(3)))) @ w2).square().mean()

@@ -32,8 +32,9 @@ At run time (`CUDAGraphRunner`), per call:
   ``torch.cuda.graph`` into a pool of its own (two recordings sharing a pool could
   place one's outputs in the other's intermediates), with the cuBLAS workspaces cleared
   before and after so that the captured GEMMs' workspace lives in that pool too
-  (`_clear_cublas_workspaces`), and replayed once for the call's results. A binary loaded during capture, or any capture error, turns the graph to
-  plain launches for good (that call returns the warm-up's results).
+  (`_clear_cublas_workspaces`), and replayed once for the call's results. A binary
+  loaded during capture, or any capture error, turns the graph to plain launches for
+  good (that call returns the warm-up's results).
 - **Outputs.** A replay hands out new tensors over the recording's output memory
   (``detach()``: same storage, no autograd link), and keeps no reference to them. Before
   a recording replays, every output storage must be back to the reference count the
@@ -231,9 +232,7 @@ def _unsafe_op_reason(node: torch.fx.Node) -> Optional[str]:
     # with a boolean index (``nonzero``), so integer indices (a rotary table's lookup) pass.
     # The fake value alone does not tell: a size the shape environment has resolved, after
     # a ``torch._check``, no longer shows as unbacked.
-    dynamic = torch.Tag.dynamic_output_shape in tags
-    if packet == "aten.index" and not _has_boolean_index(node):
-        dynamic = False
+    dynamic = torch.Tag.dynamic_output_shape in tags and (packet != "aten.index" or _has_boolean_index(node))
     if dynamic or free_unbacked_symbols(node.meta.get("val")):
         return f"{target} has a data-dependent output shape ({node.name})"
     if packet in _INDEX_PUT_OPS and _has_boolean_index(node):
