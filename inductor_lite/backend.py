@@ -270,6 +270,7 @@ def count_kernels(kernels: tuple, extern_ops: dict) -> None:
     """Count a graph's generated kernels and its extern calls per aten op (compiled,
     loaded from our graph cache, or from AOTAutograd's)."""
     counters["kernels_generated"] += len(kernels)
+    counters["kernels_defined"] += len(set(kernels))
     for op, n in extern_ops.items():
         counters["extern_calls"] += n
         counters[f"extern.{op}"] += n
@@ -301,7 +302,7 @@ def _lower(gm: torch.fx.GraphModule, graph_id: int, kind: str, name: str) -> tup
     call, namespace = load_module(code, kernel_dir)
     if code.prebuild and not config.interpret:
         _prebuild(namespace, code.prebuild)
-    return CachedGraph(code.source, tuple(k.name for k in code.kernels), dict(graph.extern_counts())), call
+    return CachedGraph(code.source, tuple(code.kernel_calls), dict(graph.extern_counts())), call
 
 
 def _prebuild(namespace: dict, plan: list) -> None:

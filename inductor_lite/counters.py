@@ -4,8 +4,9 @@
 
 - ``graphs_compiled``: FX graphs (forward, backward or inference) the backend lowered;
 - ``graphs_fallback``: graphs that failed to lower and run eagerly instead;
-- ``kernels_generated``: DSL kernels in compiled graphs (emitted by codegen, or loaded
-  with a graph from the graph cache);
+- ``kernels_generated``: DSL kernel launch sites in compiled graphs (emitted by codegen,
+  or loaded with a graph from the graph cache); ``kernels_defined``: the distinct
+  kernels among them (a graph defines a kernel once, however many groups run it);
 - ``kernels_compiled``: binaries built through LLVM (disk-cache misses);
 - ``cache_hits``: binaries loaded from the on-disk cache;
 - ``dsl_kernels_parsed``: DSL kernels whose source was parsed (`dsl.kernel`; on first need,

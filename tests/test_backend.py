@@ -120,6 +120,17 @@ def test_two_independent_chains_are_two_kernels(poison_empty):
     assert inductor_lite.counters["extern.aten.mm.default"] == 1
 
 
+def test_repeated_layers_define_each_kernel_once(poison_empty):
+    layers = nn.Sequential(*(nn.Sequential(nn.Linear(32, 32), nn.LayerNorm(32), nn.GELU()) for _ in range(3)))
+    x = torch.randn(6, 32)
+    with torch.no_grad():
+        out = torch.compile(layers, backend="inductor_lite")(x)
+        assert_same(out, layers(x))
+    # every layer launches the same fused LayerNorm + GELU kernel after its GEMM
+    assert inductor_lite.counters["kernels_generated"] == 3
+    assert inductor_lite.counters["kernels_defined"] == 1
+
+
 def test_broadcasting(poison_empty):
     fn = lambda x, y, z: (x + y) * z - 1  # noqa: E731
     args = torch.randn(4, 1, 8), torch.randn(3, 1), torch.randn(())

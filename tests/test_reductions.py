@@ -131,11 +131,17 @@ def extern_ops():
 
 
 def kernel_names(debug_dir, kind="*"):
-    """The generated kernels' names in the graphs dumped under ``debug_dir`` (``kind``:
-    ``fw``, ``bw``, ``inference`` or all)."""
+    """The generated kernel of each launch in the graphs dumped under ``debug_dir``
+    (``kind``: ``fw``, ``bw``, ``inference`` or all): a kernel the wrapper defines once
+    and launches for several groups counts at each launch."""
     names = []
     for path in sorted(glob.glob(str(debug_dir / f"graph_*_{kind}" / "output_code.py"))):
-        names += re.findall(r"^def ((?:poi|per|red)_\w+)\(", open(path).read(), re.M)
+        source = open(path).read()
+        defined = set(re.findall(r"^def ((?:poi|per|red)_\w+)\(", source, re.M))
+        call = source[source.index("\ndef call("):]
+        # CPU: `name[(grid,)](...)`; CUDA: `launch_name(...)`, `launch_name_<k>(...)`
+        for launched in re.findall(r"^\s+(?:launch_)?((?:poi|per|red)_\w+?)[\[(]", call, re.M):
+            names.append(launched if launched in defined else launched.rsplit("_", 1)[0])
     return names
 
 

@@ -173,6 +173,10 @@ class KernelSource:
             atomically, which tuning (many runs on the real arguments) would corrupt.
         grid: ``(position in call_args, block name)`` per tiled axis: the kernel runs
             ``prod(cdiv(arg, block))`` programs (a 1-D grid).
+        key: the source without the kernel's name and its FX-node comment. Groups whose
+            kernels have the same key run one kernel: the wrapper defines it once (as
+            TorchInductor's wrapper maps kernel source to one name), so a model's
+            repeated layers compile, tune and load each kernel once.
     """
 
     name: str
@@ -182,6 +186,7 @@ class KernelSource:
     rnumel: Expr
     configs: list[Config]
     grid: tuple[tuple[int, str], ...]
+    key: str
 
     @property
     def config(self) -> Config:
@@ -1048,7 +1053,7 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     values = {symbol: atom for atom, symbol in cg.opaque_sizes.items()}
     call_args += [("expr", values.get(s, s)) for s in symbols]
     pid = "dl.program_id(0).to(dl.int64)" if index_dtype == torch.int64 else "dl.program_id(0)"
-    body = [f"# FX nodes: {', '.join(group.origins())}"] + cg.helpers
+    body = list(cg.helpers)
     element_size = _element_size(layouts, list(cg.in_ptrs) + list(cg.out_ptrs))
     if tiling is not None:
         # consecutive programs walk along x, then move down one row of tiles
@@ -1098,8 +1103,11 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     body = _static_sizes_inline(_resolve_eviction(_drop_unused_temporaries(body)), {
         "xnumel": tiling.xnumel if tiling is not None else group.numel,
         "ynumel": tiling.ynumel if tiling is not None else None, "rnumel": group.rnumel})
-    source = "\n".join(["@dl.kernel", f"def {name}({signature}):"] + [f"    {line}" for line in body]) + "\n"
-    return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid))
+    definition = "\n".join(f"    {line}" for line in body)
+    origins = f"    # FX nodes: {', '.join(group.origins())}"
+    source = "\n".join(["@dl.kernel", f"def {name}({signature}):", origins, definition]) + "\n"
+    return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid),
+                        key=f"({signature}):\n{definition}")
 
 
 def _positions_told_apart(index: Expr, symbol: sympy.Symbol, n: Expr) -> Expr:

@@ -56,6 +56,7 @@ pointer alignments, so a later launch is a dict lookup, one argument pack and on
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import linecache
@@ -83,12 +84,13 @@ class WrapperCode:
     """Generated module source plus what `load_module` needs to run it."""
 
     source: str
-    kernels: list[KernelSource]
+    kernels: list[KernelSource]  # each defined once
     constants: dict[str, torch.Tensor]
     memory_plan: Optional[MemoryPlan] = None
     stride_checks: list[str] = dataclasses.field(default_factory=list)  # extern outputs checked after the call
     # (launcher name, each argument's dtype or int value) per CUDA kernel with static sizes
     prebuild: list[tuple[str, tuple]] = dataclasses.field(default_factory=list)
+    kernel_calls: list[str] = dataclasses.field(default_factory=list)  # the kernel of each launch site
 
 
 class _Writer:
@@ -120,8 +122,12 @@ class WrapperCodegen:
         self.graph = graph
         self.scheduler = scheduler
         self.out = _Writer()
-        self.kernels: list[KernelSource] = []
+        self.kernels: list[KernelSource] = []  # one per distinct `KernelSource.key`
+        self.kernel_calls: list[str] = []  # the kernel name of each launch, in order
+        self._kernel_by_key: dict[str, KernelSource] = {}
         self.bindings: list[str] = []  # module-level `launch_<kernel> = bind_tuned_launcher(...)` lines
+        self._launcher_by_binding: dict[str, str] = {}  # `bind_tuned_launcher(...)` text -> its name
+        self._launchers_of: collections.Counter = collections.Counter()  # launchers per kernel name
         self.extern_ops: dict[str, str] = {}  # module-level name -> the op's path (`aten.mm.default`)
         self.guard_device: Optional[torch.device] = None  # the CUDA device `call` runs under
         self.defined_symbols: set[sympy.Symbol] = set()
@@ -236,9 +242,33 @@ class WrapperCodegen:
             return f"{new.name} = {view}  # reuse {old.name} in place"
         return f"{new.name} = {view}; del {old.name}  # reuse"
 
-    def _kernel_step(self, group: KernelGroup, step: int) -> None:
+    def _define_kernel(self, group: KernelGroup) -> KernelSource:
+        """The kernel of ``group``; one of the same source defined earlier keeps its name
+        (the new one's arguments are this group's buffers)."""
         kernel = generate_kernel(group, len(self.kernels), self.scheduler.removed_buffers, self._layout_of)
-        self.kernels.append(kernel)
+        defined = self._kernel_by_key.get(kernel.key)
+        if defined is None:
+            self._kernel_by_key[kernel.key] = kernel
+            self.kernels.append(kernel)
+        else:
+            kernel = dataclasses.replace(kernel, name=defined.name, source=defined.source)
+        self.kernel_calls.append(kernel.name)
+        return kernel
+
+    def _launcher(self, kernel: KernelSource, binding: str) -> str:
+        """The launcher name for ``binding`` (a ``bind_tuned_launcher(...)`` call): launches
+        of one kernel with the same device, argument kinds, configs and mutated arguments
+        share a launcher, and so its tuning decisions and loaded binaries."""
+        name = self._launcher_by_binding.get(binding)
+        if name is None:
+            taken = self._launchers_of[kernel.name]
+            self._launchers_of[kernel.name] += 1
+            name = self._launcher_by_binding[binding] = f"launch_{kernel.name}" + (f"_{taken}" if taken else "")
+            self.bindings.append(f"{name} = {binding}")
+        return name
+
+    def _kernel_step(self, group: KernelGroup, step: int) -> None:
+        kernel = self._define_kernel(group)
         outputs = []
         for n in group.nodes:
             if isinstance(n.node, ScatterBuffer):
@@ -266,21 +296,21 @@ class WrapperCodegen:
                           f"num_warps={config.num_warps})")
             return
         kinds = _tuple([repr("tensor" if kind == "buffer" else "int") for kind, _ in kernel.call_args])
-        launcher = f"launch_{kernel.name}"
         configs = "[" + ", ".join(_config_source(c) for c in kernel.configs) + "]"
         # outputs written over storage the kernel also reads: tuning runs them on copies
         overwritten = set(inplace) | {n.name for n in group.nodes if isinstance(n.node, ScatterBuffer)}
         mutated = tuple(i for i, (kind, value) in enumerate(kernel.call_args)
                         if kind == "buffer" and value in overwritten)
-        self.bindings.append(
-            f"{launcher} = bind_tuned_launcher({kernel.name}, {self.out.device(device)}, {kinds}, {configs}, "
-            f"grid={kernel.grid!r}" + (f", mutated={mutated!r})" if mutated else ")")
-        )
+        launcher = self._launcher(kernel, (
+            f"bind_tuned_launcher({kernel.name}, {self.out.device(device)}, {kinds}, {configs}, "
+            f"grid={kernel.grid!r}" + (f", mutated={mutated!r})" if mutated else ")")))
         self.out.line(f"{launcher}({', '.join(args)})")
         values = [self._layout_of(value).dtype if kind == "buffer" else sympy.sympify(value)
                   for kind, value in kernel.call_args]
         if all(isinstance(v, torch.dtype) or v.is_number for v in values):
-            self.prebuild.append((launcher, tuple(v if isinstance(v, torch.dtype) else int(v) for v in values)))
+            build = (launcher, tuple(v if isinstance(v, torch.dtype) else int(v) for v in values))
+            if build not in self.prebuild:
+                self.prebuild.append(build)
 
     def _cdiv(self, numel, block: int) -> str:
         numel = sympy.sympify(numel)
@@ -487,7 +517,7 @@ def generate_wrapper(graph, scheduler: Scheduler, title: str) -> WrapperCode:
     gen = WrapperCodegen(graph, scheduler)
     gen.generate()
     return WrapperCode(gen.source(title), gen.kernels, dict(graph.constants), gen.memory_plan, gen.stride_checks,
-                       gen.prebuild)
+                       gen.prebuild, gen.kernel_calls)
 
 
 def load_module(code: WrapperCode, kernel_debug_dir: Optional[str] = None) -> tuple[Callable, dict]:

@@ -118,7 +118,8 @@ class CachedGraph:
 
     Attributes:
         source: the wrapper module source (``WrapperCode.source``).
-        kernels: the names of its DSL kernels.
+        kernels: the DSL kernel of each launch site, by name (a kernel that several
+            fused groups run repeats).
         extern_ops: aten op name -> extern calls of it in the graph
             (``GraphLowering.extern_counts``).
     """
