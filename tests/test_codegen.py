@@ -137,31 +137,34 @@ def test_wrapper_module_runs_and_frees(poison_empty):
     assert "def " + code.kernels[0].name in inspect.getsource(kernel.fn)
 
 
-def _softmax_mm_softmax(x, w, v):
-    """Two row softmaxes of one shape, each feeding a GEMM (an extern), then one of another shape."""
-    b = torch.softmax(torch.softmax(x, -1) @ w, -1) @ w
-    return b, torch.softmax(b[:, :16] * v, -1)
+def _softmaxes_into_gemms(x, y, w, v):
+    """Two row softmaxes of one shape, each feeding a GEMM (an extern), and one of another shape."""
+    return torch.softmax(x, -1) @ w, torch.softmax(y, -1) @ w, torch.softmax(v, -1)
+
+
+def _softmax_inputs(device="cpu"):
+    return tuple(torch.randn(*s, device=device) for s in ((8, 64), (8, 64), (64, 64), (8, 16)))
 
 
 def test_groups_with_the_same_kernel_source_share_one_kernel(poison_empty):
-    x, w, v = torch.randn(8, 64), torch.randn(64, 64), torch.randn(16)
-    code = build(_softmax_mm_softmax, x, w, v)
+    inputs = _softmax_inputs()
+    code = build(_softmaxes_into_gemms, *inputs)
     assert len(code.kernel_calls) == 3 and len(code.kernels) == 2
     assert code.kernel_calls[0] == code.kernel_calls[1] != code.kernel_calls[2]
-    outs, _ = run(code, x.clone(), w.clone(), v.clone())
-    for got, expected in zip(outs, _softmax_mm_softmax(x, w, v)):
+    outs, _ = run(code, *(t.clone() for t in inputs))
+    for got, expected in zip(outs, _softmaxes_into_gemms(*inputs)):
         torch.testing.assert_close(got, expected)
 
 
 @pytest.mark.gpu
 def test_launches_of_one_kernel_share_a_launcher_on_cuda(poison_empty):
-    x, w, v = torch.randn(8, 64, device="cuda"), torch.randn(64, 64, device="cuda"), torch.randn(16, device="cuda")
-    code = build(_softmax_mm_softmax, x, w, v)
+    inputs = _softmax_inputs("cuda")
+    code = build(_softmaxes_into_gemms, *inputs)
     launcher = f"launch_{code.kernel_calls[0]}"
     assert code.source.count(f"{launcher} = bind_tuned_launcher(") == 1
     assert code.source.count(f"    {launcher}(") == 2
-    outs, _ = run(code, x, w, v)
-    for got, expected in zip(outs, _softmax_mm_softmax(x, w, v)):
+    outs, _ = run(code, *inputs)
+    for got, expected in zip(outs, _softmaxes_into_gemms(*inputs)):
         torch.testing.assert_close(got, expected)
 
 
