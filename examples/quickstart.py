@@ -61,7 +61,7 @@ def main() -> int:
     worst = max(errors, key=errors.get)
     print(f"device:            {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'interpreter'})")
     print(f"graphs compiled:   {c['graphs_compiled']} (eager fallbacks: {c['graphs_fallback']})")
-    print(f"kernels generated: {c['kernels_generated']}")
+    print(f"kernels generated: {c['kernels_generated']} (distinct: {c['kernels_defined']})")
     print(f"kernels compiled:  {c['kernels_compiled']} (cache hits: {c['cache_hits']})")
     print(f"fallback calls:    {c['extern_calls']}")
     print(f"max error:         logits {errors['logits']:.3e}; worst {worst} {errors[worst]:.3e}")
