@@ -117,9 +117,8 @@ class CachedOutputCode(OutputCode):
         from .backend import CompiledGraph, count_kernels
 
         call, _ = load_module(WrapperCode(self.source, [], self.constants))
-        eager = pickle.loads(self.graph).forward
-        self.compiled = CompiledGraph(call, eager, self.source, self.name, self.mode, self.options, self.kernels,
-                                      self.extern_ops)
+        self.compiled = CompiledGraph(call, _PickledGraph(self.graph), self.source, self.name, self.mode,
+                                      self.options, self.kernels, self.extern_ops)
         if self.output_strides is not None:
             from .backend import report_output_strides
 
@@ -130,6 +129,21 @@ class CachedOutputCode(OutputCode):
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass  # no Triton kernels: binaries live in our own cache
+
+
+class _PickledGraph:
+    """A loaded entry's aten graph, run eagerly only if the first run of its generated
+    code fails: unpickled on that first call (a ``GraphModule`` recompiles its Python
+    code when unpickled, a good part of a warm start's own time were it done at load)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.forward: Optional[Callable] = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.forward is None:
+            self.forward = pickle.loads(self.data).forward
+        return self.forward(*args)
 
 
 def serializable(compiler: Callable[..., CachedOutputCode]) -> SerializableAOTDispatchCompiler:

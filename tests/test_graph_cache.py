@@ -184,6 +184,22 @@ def test_aot_cache_hits_in_process_and_misses_on_a_config_change():
         assert counters["aot_cache_hits"] == 2
 
 
+def test_a_loaded_graph_whose_first_run_fails_runs_its_stored_aten_graph(monkeypatch):
+    """An entry keeps the aten graph for the eager fallback (unpickled only when needed)."""
+    x, w = inputs()
+    with torch._functorch.config.patch(enable_autograd_cache=True):
+        compile_and_check(scaled_softmax, x, w)
+        assert counters["graphs_fallback"] == 0
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("injected launch failure")
+
+        monkeypatch.setattr(inductor_lite.dsl.interpreter, "run", broken)
+        with config.patch(fallback_on_error=True):
+            compile_and_check(scaled_softmax, x, w)
+    assert counters["aot_cache_hits"] == 1 and counters["graphs_fallback"] == 1
+
+
 def test_same_graph_hits_and_other_shapes_or_dtypes_miss():
     x, w = inputs()
     compile_and_check(scaled_softmax, x, w)
