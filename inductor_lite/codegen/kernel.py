@@ -70,6 +70,7 @@ op; ``config.emulate_precision_casts`` rounds as eager does. Assignments nothing
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import math
@@ -177,6 +178,11 @@ class KernelSource:
             kernels have the same key run one kernel: the wrapper defines it once (as
             TorchInductor's wrapper maps kernel source to one name), so a model's
             repeated layers compile, tune and load each kernel once.
+        passes: buffer name -> the passes over memory that load or store it: one (0)
+            in a pointwise or persistent kernel; in a looped reduction each r loop,
+            and the code between loops, is a pass of its own. A buffer loaded in one
+            pass only is read once per element, so an output stored in that same pass
+            may take its storage (`memory_planning.inplace_donors`).
     """
 
     name: str
@@ -187,6 +193,7 @@ class KernelSource:
     configs: list[Config]
     grid: tuple[tuple[int, str], ...]
     key: str
+    passes: dict[str, frozenset[int]]
 
     @property
     def config(self) -> Config:
@@ -264,6 +271,10 @@ class KernelCodegen(OpsHandler):
         self.opaque_sizes: dict[Expr, sympy.Symbol] = {}  # float-computed size -> its kernel argument
         self.masks: list[str] = []
         self.producers: dict[str, Callable[[], CSEVar]] = {}  # full-domain nodes: recompute in a later loop
+        # Passes over memory: a looped reduction's r loops and the code between them are
+        # numbered regions; buffer -> the regions that load or store it (`KernelSource.passes`)
+        self.region = 0
+        self.passes: dict[str, set[int]] = collections.defaultdict(set)
         self.has_rmask = self.is_reduction and not (persistent and is_power_of_2(rnumel))
         self._tmp_ids = itertools.count()
         self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
@@ -405,6 +416,7 @@ class KernelCodegen(OpsHandler):
         if name in self.producers:  # computed in an earlier loop of this kernel: compute again here
             return self.producers[name]()
         ptr = self.in_ptrs.setdefault(name, f"in_ptr{len(self.in_ptrs)}")
+        self.passes[name].add(self.region)
         dtype = self.layouts(name).dtype
         simplified = self.simplify(index)
         if not simplified.free_symbols & self.indirect_masks.keys() and self._in_bounds(name, simplified):
@@ -461,6 +473,7 @@ class KernelCodegen(OpsHandler):
         if not keep:
             return
         ptr = self.out_ptrs.setdefault(name, f"out_ptr{len(self.out_ptrs)}")
+        self.passes[name].add(self.region)
         offset = self.index_str(index)
         symbols = self.simplify(index).free_symbols
         if self.tiling is not None and not {FLAT, YFLAT} <= symbols:
@@ -511,6 +524,7 @@ class KernelCodegen(OpsHandler):
     # ------------------------------------------------------------------ loops
 
     def open_loop(self) -> None:
+        self.region += 1
         scope = _Scope(loop=True)
         scope.lines += ["rindex = roffset + rbase", "rmask = rindex < rnumel"]
         self.scopes.append(scope)
@@ -518,6 +532,7 @@ class KernelCodegen(OpsHandler):
     def close_loop(self) -> None:
         """End the current r loop: emit it, then finish its reductions after it."""
         loop = self.scopes.pop()
+        self.region += 1
         self.scope.lines.append("for roffset in range(0, rnumel, RBLOCK):")
         self.scope.lines += [f"    {line}" for line in loop.lines]
         for finish in loop.pending:
@@ -1107,7 +1122,8 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     origins = f"    # FX nodes: {', '.join(group.origins())}"
     source = "\n".join(["@dl.kernel", f"def {name}({signature}):", origins, definition]) + "\n"
     return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid),
-                        key=f"({signature}):\n{definition}")
+                        key=f"({signature}):\n{definition}",
+                        passes={name: frozenset(regions) for name, regions in cg.passes.items()})
 
 
 def _positions_told_apart(index: Expr, symbol: sympy.Symbol, n: Expr) -> Expr:

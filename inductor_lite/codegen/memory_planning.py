@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import sympy
 import torch
@@ -310,7 +310,7 @@ def _live_bytes(lines: Sequence[Line], num_steps: int, size_hint: Callable[[Expr
 
 
 def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferSpec],
-                   single_pass: bool) -> dict[str, BufferSpec]:
+                   passes: Mapping[str, frozenset[int]]) -> dict[str, BufferSpec]:
     """For a kernel's outputs, inputs whose storage each may take: ``{output name: donor}``.
 
     An output ``O`` may be written over an input ``D`` (TorchInductor's in-place
@@ -326,9 +326,13 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
       ``O`` at, so each element of ``D`` is read by the lane that overwrites it;
     - every node of the group reading ``D`` is ``O``'s node or one it depends on inside
       the kernel, so the store of each element comes after every read of it;
-    - the kernel makes one pass over its elements (``single_pass``: pointwise or
-      persistent reduction), as a looped reduction recomputes values from its inputs in
-      later loops.
+    - the kernel loads ``D`` and stores ``O`` in one and the same pass over memory
+      (``passes``, `kernel.KernelSource.passes`): always so in a pointwise or
+      persistent kernel; in a looped reduction, only if no other r loop reads ``D``
+      (a later loop recomputes values from its inputs, an earlier one reduced them).
+      A cross entropy's backward reduces in its first loop what it needs from the
+      labels alone and reads the logits only in the loop that writes their gradient,
+      so the gradient takes the logits' storage.
 
     The wrapper makes ``O`` a view of ``D`` from ``D``'s first element
     (``reinterpret_tensor`` counts offsets from the base tensor's own offset), so an
@@ -341,9 +345,9 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
         outputs: the buffers it stores that the wrapper allocates.
         dying: the inputs it reads from memory whose storage the wrapper may hand on
             (see the first condition) and that nothing reads after it.
-        single_pass: see above.
+        passes: buffer name -> the kernel's passes over memory that load or store it.
     """
-    if not single_pass or not dying or not outputs:
+    if not dying or not outputs:
         return {}
     placements = group.placements(group.group)
     if placements is None:
@@ -355,6 +359,8 @@ def inplace_donors(group, outputs: Sequence[BufferSpec], dying: Sequence[BufferS
         allowed = _ancestors_in_group(nodes, out.name) | {out.name}
         for donor in dying:
             if donor in donors.values() or not donor.same_storage(out):
+                continue
+            if len(passes.get(donor.name, frozenset()) | passes.get(out.name, frozenset())) != 1:
                 continue
             readers = {name for name, n in nodes.items() if donor.name in n.read_names()}
             reads = group.kernel_reads(donor.name, group.group, placements)

@@ -69,7 +69,7 @@ import torch
 from ..ir.nodes import Buffer, ComputedBuffer, ExternKernel, Layout, MultiOutput, ReinterpretView, ScatterBuffer
 from ..scheduler.fusion import KernelGroup
 from ..scheduler.scheduler import Scheduler
-from .kernel import KernelSource, generate_kernel, is_persistent, reduction_axis
+from .kernel import KernelSource, generate_kernel
 from .memory_planning import (
     AllocateLine, BufferSpec, ExternAllocationLine, FreeIfNotReusedLine, FreeLine, Line, MemoryPlan, ReuseLine,
     inplace_donors, may_alias_inputs, plan_memory, returns_new_tensor,
@@ -277,8 +277,7 @@ class WrapperCodegen:
                 outputs.append(self._spec(n.name))
         dying = [self._spec(name) for name in sorted(group.reads() & set(self.scheduler.frees.get(step, ())))
                  if name in self.donors or name in self.extern_donors]
-        single_pass = not group.is_reduction or is_persistent(group, reduction_axis(group))
-        inplace = inplace_donors(group, outputs, dying, single_pass)
+        inplace = inplace_donors(group, outputs, dying, kernel.passes)
         for buf in outputs:
             self.out.memory(AllocateLine(step, buf, buf.name in self.scheduler.output_names, inplace.get(buf.name)))
         numel = sympy.sympify(kernel.numel)
