@@ -156,6 +156,17 @@ def test_groups_with_the_same_kernel_source_share_one_kernel(poison_empty):
         torch.testing.assert_close(got, expected)
 
 
+def test_the_same_source_over_other_dtypes_is_another_kernel():
+    """A launcher assumes the dtypes of its first launch: the same text over float32
+    and float64 tensors is two kernels (each with its own launcher, binary and tuning)."""
+    with torch._subclasses.FakeTensorMode(allow_non_fake_inputs=True):
+        x, w = torch.empty(16, 16, device="cuda:0"), torch.empty(16, 16, device="cuda:0")
+        y = torch.empty(16, 16, device="cuda:0", dtype=torch.float64)
+        code = build(lambda x, y, w: (torch.mm(x.neg(), w), y.neg()), x, y, w)
+    assert len(code.kernels) == 2 and len(set(code.kernel_calls)) == 2
+    assert code.source.count("= bind_tuned_launcher(") == 2
+
+
 @pytest.mark.gpu
 def test_launches_of_one_kernel_share_a_launcher_on_cuda(poison_empty):
     inputs = _softmax_inputs("cuda")

@@ -174,7 +174,8 @@ class KernelSource:
             atomically, which tuning (many runs on the real arguments) would corrupt.
         grid: ``(position in call_args, block name)`` per tiled axis: the kernel runs
             ``prod(cdiv(arg, block))`` programs (a 1-D grid).
-        key: the source without the kernel's name and its FX-node comment. Groups whose
+        key: the source without the kernel's name and its FX-node comment, and the
+            dtypes of its tensor arguments. Groups whose
             kernels have the same key run one kernel: the wrapper defines it once (as
             TorchInductor's wrapper maps kernel source to one name), so a model's
             repeated layers compile, tune and load each kernel once.
@@ -1121,8 +1122,11 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     definition = "\n".join(f"    {line}" for line in body)
     origins = f"    # FX nodes: {', '.join(group.origins())}"
     source = "\n".join(["@dl.kernel", f"def {name}({signature}):", origins, definition]) + "\n"
+    # the source does not spell out its pointers' dtypes: part of the key, so that a shared
+    # kernel's launcher (which assumes the dtypes of its first launch) and tuning stay right
+    dtypes = ", ".join(str(layouts(n).dtype) for n in [*cg.in_ptrs, *cg.out_ptrs])
     return KernelSource(name, source, call_args, group.numel, group.rnumel, configs, tuple(grid),
-                        key=f"({signature}):\n{definition}",
+                        key=f"[{dtypes}]({signature}):\n{definition}",
                         passes={name: frozenset(regions) for name, regions in cg.passes.items()})
 
 
