@@ -122,9 +122,8 @@ class WrapperCodegen:
         self.graph = graph
         self.scheduler = scheduler
         self.out = _Writer()
-        self.kernels: list[KernelSource] = []  # one per distinct `KernelSource.key`
+        self._kernel_by_key: dict[str, KernelSource] = {}  # each distinct kernel, in definition order
         self.kernel_calls: list[str] = []  # the kernel name of each launch, in order
-        self._kernel_by_key: dict[str, KernelSource] = {}
         self.bindings: list[str] = []  # module-level `launch_<kernel> = bind_tuned_launcher(...)` lines
         self._launcher_by_binding: dict[str, str] = {}  # `bind_tuned_launcher(...)` text -> its name
         self._launchers_of: collections.Counter = collections.Counter()  # launchers per kernel name
@@ -137,6 +136,11 @@ class WrapperCodegen:
         self.memory_plan: Optional[MemoryPlan] = None
         self.stride_checks: list[str] = []  # extern outputs whose layout `call` checks
         self.prebuild: list[tuple[str, tuple]] = []  # `WrapperCode.prebuild`
+
+    @property
+    def kernels(self) -> list[KernelSource]:
+        """The graph's kernels, each defined once (`KernelSource.key`)."""
+        return list(self._kernel_by_key.values())
 
     def _expr(self, expr) -> str:
         """Python source of an integer expression; remembers its size symbols."""
@@ -245,12 +249,9 @@ class WrapperCodegen:
     def _define_kernel(self, group: KernelGroup) -> KernelSource:
         """The kernel of ``group``; one of the same source defined earlier keeps its name
         (the new one's arguments are this group's buffers)."""
-        kernel = generate_kernel(group, len(self.kernels), self.scheduler.removed_buffers, self._layout_of)
-        defined = self._kernel_by_key.get(kernel.key)
-        if defined is None:
-            self._kernel_by_key[kernel.key] = kernel
-            self.kernels.append(kernel)
-        else:
+        kernel = generate_kernel(group, len(self._kernel_by_key), self.scheduler.removed_buffers, self._layout_of)
+        defined = self._kernel_by_key.setdefault(kernel.key, kernel)
+        if defined is not kernel:
             kernel = dataclasses.replace(kernel, name=defined.name, source=defined.source)
         self.kernel_calls.append(kernel.name)
         return kernel
