@@ -52,6 +52,10 @@ optimization        OPTIMIZATION                     channels-last in inference 
                                                      Inductor's heuristic says it pays
                                                      (fx_passes.layout_optimization); 0: as
                                                      traced
+reorder_for_peak_   INDUCTOR_LITE_REORDER_FOR_PEAK_  1 (default): run a graph's kernels in
+memory              MEMORY                           another dependency order when that
+                                                     lowers its estimated peak memory
+                                                     (scheduler.memory_order); 0: graph order
 ==================  ===============================  =======================================
 """
 
@@ -149,6 +153,7 @@ _KNOBS = {
     "emulate_precision_casts": _Knob("INDUCTOR_LITE_EMULATE_PRECISION_CASTS", bool, _parse_bool),
     "mix_order_reduction": _Knob("INDUCTOR_LITE_MIX_ORDER_REDUCTION", bool, _parse_bool),
     "layout_optimization": _Knob("INDUCTOR_LITE_LAYOUT_OPTIMIZATION", bool, _parse_bool),
+    "reorder_for_peak_memory": _Knob("INDUCTOR_LITE_REORDER_FOR_PEAK_MEMORY", bool, _parse_bool),
 }
 """Each knob's variable, type, parser and range check; the keys are `Config`'s fields."""
 
@@ -195,6 +200,7 @@ class Config:
     emulate_precision_casts: bool = False
     mix_order_reduction: bool = True
     layout_optimization: bool = True
+    reorder_for_peak_memory: bool = True
 
     def __post_init__(self):
         # variable=value: problem, per bad environment variable (not a knob: no dataclass field)

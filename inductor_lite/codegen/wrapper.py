@@ -66,6 +66,7 @@ from typing import Any, Callable, Optional
 import sympy
 import torch
 
+from ..ir.indexing import shape_env_size_hint
 from ..ir.nodes import Buffer, ComputedBuffer, ExternKernel, Layout, MultiOutput, ReinterpretView, ScatterBuffer
 from ..scheduler.fusion import KernelGroup
 from ..scheduler.scheduler import Scheduler
@@ -407,7 +408,7 @@ class WrapperCodegen:
             self._free(i)
         outputs = [self._value(v) for v in self.graph.graph_outputs]
         self.out.line(f"return {_tuple(outputs)}")
-        self.memory_plan = plan_memory(self.out.lines, len(self.scheduler.steps), _size_hint())
+        self.memory_plan = plan_memory(self.out.lines, len(self.scheduler.steps), shape_env_size_hint())
         self.out.lines = self._render(self.memory_plan.lines)
         undefined = sorted(s.name for s in self.used_symbols - self.defined_symbols)
         if undefined:
@@ -477,20 +478,6 @@ def _config_source(config) -> str:
     extra = (f", num_stages={config.num_stages}" if config.num_stages != 1 else "") + \
         (f", maxnreg={config.maxnreg}" if config.maxnreg else "")
     return f"Config.of({config.num_warps}{extra}, {blocks})"
-
-
-def _size_hint() -> Callable[[sympy.Expr], int]:
-    """Bytes counts for memory planning: size symbols at the example values of the
-    shape environment being compiled for (0 for a size with no known value)."""
-    shape_env = getattr(torch._guards.detect_fake_mode(), "shape_env", None)
-    # torch 2.13 renamed ShapeEnv.var_to_val (2.11) to backed_var_to_val
-    values = getattr(shape_env, "backed_var_to_val" if hasattr(shape_env, "backed_var_to_val") else "var_to_val", {})
-
-    def hint(expr: sympy.Expr) -> int:
-        expr = sympy.sympify(expr).xreplace(values)
-        return int(expr) if expr.is_number else 0
-
-    return hint
 
 
 def _float(v: float) -> str:

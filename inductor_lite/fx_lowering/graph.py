@@ -381,14 +381,15 @@ class GraphLowering(torch.fx.Interpreter):
     def _with_effects(self, token: IRNode, op: torch._ops.OpOverload, *args, **kwargs) -> tuple:
         """``higher_order.with_effects(token, op, *args)``: AOTAutograd threads a token
         through side-effecting ops (``aten._linalg_check_errors`` in ``linalg.inv``) to keep
-        them in order. The wrapper runs externs in graph order and never drops them, so
-        ``op`` becomes a plain extern call and the token passes through unchanged."""
+        them in order. ``op`` becomes an extern call marked ``has_side_effects``, which the
+        scheduler keeps in graph order and never drops, and the token passes through
+        unchanged."""
         outputs = self.current_node.meta["val"][1:]
         val = outputs[0] if len(outputs) == 1 else list(outputs)
-        result = self._extern(op, args, kwargs, "side effect (with_effects)", val)
+        result = self._extern(op, args, kwargs, "side effect (with_effects)", val, has_side_effects=True)
         return (token, result) if len(outputs) == 1 else (token, *result)
 
-    def _extern(self, target, args, kwargs, reason: str, val: Any) -> Any:
+    def _extern(self, target, args, kwargs, reason: str, val: Any, has_side_effects: bool = False) -> Any:
         node = self.current_node
         args, kwargs = pytree.tree_map(
             lambda a: self.realize_input(a) if isinstance(a, IRNode) else a, (list(args), dict(kwargs))
@@ -400,10 +401,12 @@ class GraphLowering(torch.fx.Interpreter):
             buffer = ExternKernel(self.new_name(), _layout_of(val), target, args, kwargs, origins,
                                   val.storage_offset())
             buffer.fixed_layout = fixed_layout(target, args, None, buffer.layout)
+            buffer.has_side_effects = has_side_effects
             self.register_buffer(buffer)
             self._add_symbol_sources(buffer.name, val)
             return buffer
         parent = self.register_buffer(ExternKernel(self.new_name(), None, target, args, kwargs, origins))
+        parent.has_side_effects = has_side_effects
         if val is None:
             return None
         if not isinstance(val, (list, tuple)):

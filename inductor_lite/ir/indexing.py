@@ -16,9 +16,10 @@ TorchInductor's `SizeVarAllocator.simplify_with_ranges` and `join_dimensions`.
 from __future__ import annotations
 
 import functools
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import sympy
+import torch
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 Expr = sympy.Expr
@@ -76,6 +77,21 @@ def storage_length(size: Sequence[Expr], stride: Sequence[Expr]) -> Expr:
     if any(sympy.sympify(s) == 0 for s in size):
         return sympy.Integer(0)
     return sympy.expand(1 + sum((s - 1) * st for s, st in zip(size, stride)))
+
+
+def shape_env_size_hint() -> Callable[[Expr], int]:
+    """An int for a size expression, for memory estimates: size symbols at the example
+    values of the shape environment being compiled for (0 for a size with no known
+    value, or outside a compile)."""
+    shape_env = getattr(torch._guards.detect_fake_mode(), "shape_env", None)
+    # torch 2.13 renamed ShapeEnv.var_to_val (2.11) to backed_var_to_val
+    values = getattr(shape_env, "backed_var_to_val" if hasattr(shape_env, "backed_var_to_val") else "var_to_val", {})
+
+    def hint(expr: Expr) -> int:
+        expr = sympy.sympify(expr).xreplace(values)
+        return int(expr) if expr.is_number else 0
+
+    return hint
 
 
 def known_leq(a: Expr, b: Expr) -> bool:

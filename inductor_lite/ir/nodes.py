@@ -452,7 +452,9 @@ class ExternKernel(Buffer):
     ``storage_offset`` is the output's storage offset per ``meta['val']``.
     ``fixed_layout``: the real output is always laid out as ``layout`` says, so the
     wrapper checks no strides after the call (the lowering decides, see
-    `fx_lowering.extern_layouts`).
+    `fx_lowering.extern_layouts`). ``has_side_effects``: the op was called through
+    ``with_effects``, so it keeps its place among ordered externs
+    (`scheduler.memory_order`).
     """
 
     def __init__(self, name: str, layout: Optional[Layout], op: Any, args: Sequence, kwargs: dict,
@@ -463,6 +465,7 @@ class ExternKernel(Buffer):
         self.kwargs = dict(kwargs)
         self.storage_offset = as_expr(storage_offset)
         self.fixed_layout = False
+        self.has_side_effects = False
 
     @property
     def op_name(self) -> str:

@@ -11,15 +11,17 @@ Steps:
    (`mix_order`);
 3. a networkx DAG (edge ``u -> v``: ``v`` reads what ``u`` writes) over kernel groups
    and externs; `fusion.fuse_groups` fuses groups;
-4. the schedule is a topological order that keeps the graph's order where free;
-5. buffers written and read only inside one kernel are *removed* (never stored,
-   never allocated); every other buffer is freed after its last reader.
+4. buffers written and read only inside one kernel are *removed* (never stored,
+   never allocated);
+5. the schedule is the topological order that keeps the graph's order where free,
+   unless `memory_order` finds one with a lower estimated peak memory; every buffer
+   not removed is freed after its last reader.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import networkx as nx
 import sympy
@@ -30,8 +32,10 @@ from ..ir.nodes import (
     underlying_buffer,
 )
 from ..logs import artifact_enabled, log_artifact
+from ..config import config
+from ..ir.indexing import shape_env_size_hint
 from .dependencies import ReadWrites, StarDep, column_read_writes, extract_read_writes
-from . import mix_order
+from . import memory_order, mix_order
 from .fusion import KernelGroup, fuse_groups
 
 
@@ -108,6 +112,8 @@ class Scheduler:
         frees: ``frees[i]`` lists the names the wrapper may drop after step ``i``;
             ``frees[-1]`` (key -1) the graph inputs that are never read.
         output_names: buffers (underlying) that the graph returns.
+        peak_memory: the estimated peaks of the graph order and of ``steps``
+            (`memory_order.PeakMemory`).
     """
 
     def __init__(self, graph):
@@ -129,6 +135,7 @@ class Scheduler:
         fuse_groups(self.dag, self._numel_of, lambda msg: log_artifact("fusion", msg))
         self.steps: list[Step] = list(nx.lexicographical_topological_sort(self.dag, key=lambda s: s.order))
         self.removed_buffers = self._removable_buffers()
+        self.steps, self.peak_memory = self._order_for_memory()
         self.frees = self._plan_frees()
         if artifact_enabled("schedule"):
             log_artifact("schedule", self.describe())
@@ -172,6 +179,45 @@ class Scheduler:
                     dag.add_edge(producer, consumer)
         return dag
 
+    def _order_for_memory(self) -> tuple[list[Step], memory_order.PeakMemory]:
+        """The graph-order ``steps``, or `memory_order`'s reordering of them when that
+        lowers the estimated peak (``config.reorder_for_peak_memory``)."""
+        hint = shape_env_size_hint()
+        multi_outputs: dict[str, list[MultiOutput]] = {}
+        for n in self.nodes:
+            if isinstance(n.node, MultiOutput):
+                multi_outputs.setdefault(n.node.parent.name, []).append(n.node)
+        memory = {step: self._step_memory(step, multi_outputs, hint) for step in self.steps}
+        donated = {name: memory_order.size_in_bytes(self.graph.graph_inputs[name].layout, hint)
+                   for name in self.graph.donated_inputs}
+        if not config.reorder_for_peak_memory:
+            peak = memory_order.estimate_peak(self.steps, memory, self.output_names, donated)
+            return self.steps, memory_order.PeakMemory(peak, peak, "graph order")
+        dag = self.dag.copy()
+        ordered = [s for s in self.steps
+                   if isinstance(s, ExternSchedulerNode) and memory_order.keeps_graph_order(s.node)]
+        dag.add_edges_from(zip(ordered, ordered[1:]))
+        return memory_order.reorder_for_peak_memory(self.steps, dag, memory, self.output_names, donated)
+
+    def _step_memory(self, step: Step, multi_outputs: dict[str, list[MultiOutput]],
+                     hint: Callable[[Expr], int]) -> memory_order.StepMemory:
+        """The buffers ``step`` brings into memory and reads: a kernel's stored outputs;
+        an extern's output, or for a multi-output extern the tensors it returns (its
+        `MultiOutput` steps allocate nothing)."""
+        if isinstance(step, KernelGroup):
+            written = [n.node for n in step.nodes if n.name not in self.removed_buffers]
+            reads = step.reads()
+        else:
+            node = step.node
+            if isinstance(node, MultiOutput):
+                written = []
+            elif node.layout is None:
+                written = multi_outputs.get(node.name, [])
+            else:
+                written = [node]
+            reads = step.read_names()
+        return memory_order.StepMemory({b.name: memory_order.size_in_bytes(b.layout, hint) for b in written}, reads)
+
     def _readers(self) -> dict[str, set]:
         readers: dict[str, set] = {}
         for step in self.steps:
@@ -214,8 +260,11 @@ class Scheduler:
         return frees
 
     def describe(self) -> str:
-        """The schedule, one line per step (the ``schedule`` log artifact)."""
-        lines = []
+        """The schedule, one line per step after the estimated peaks (the ``schedule``
+        log artifact)."""
+        peak = self.peak_memory
+        lines = [f"estimated peak memory: {peak.graph_order} bytes in graph order, "
+                 f"{peak.chosen} bytes in the order below ({peak.method})"]
         for i, step in enumerate(self.steps):
             if isinstance(step, KernelGroup):
                 names = [f"{n}{' (removed)' if n in self.removed_buffers else ''}" for n in step.names]
