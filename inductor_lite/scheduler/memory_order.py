@@ -32,6 +32,7 @@ functional, so any topological order computes the same values.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from typing import Callable, Hashable, Iterable, Sequence
 
 import networkx as nx
@@ -112,10 +113,15 @@ def _reader_counts(steps: Iterable[Hashable], memory: dict) -> dict[str, int]:
 def lpmf_order(order: Sequence[Hashable], dag: nx.DiGraph, memory: dict, outputs: set[str],
                donated: dict[str, int]) -> list:
     """The greedy "least peak memory first" topological order of ``dag``'s steps (see
-    the module docstring); ``order`` (the graph order) breaks ties."""
+    the module docstring); ``order`` (the graph order) breaks ties.
+
+    Each step's bytes freed by running it next are kept up to date as buffers lose
+    readers, and ready steps sit in two heaps (by bytes left live after them, and by
+    bytes allocated) with stale entries skipped, so a choice costs a logarithmic number
+    of heap operations rather than a pass over every ready step.
+    """
     position = {step: i for i, step in enumerate(order)}
     waiting = {step: dag.in_degree(step) for step in order}
-    ready = {step for step, n in waiting.items() if n == 0}
     remaining = _reader_counts(order, memory)
     readers: dict[str, list] = {}
     for step in order:
@@ -124,36 +130,69 @@ def lpmf_order(order: Sequence[Hashable], dag: nx.DiGraph, memory: dict, outputs
     size = dict(donated)
     for step in order:
         size.update(memory[step].allocates)
+    allocated = {step: sum(memory[step].allocates.values()) for step in order}
+    # bytes freed right after a step runs: buffers it reads last, and its own outputs nothing reads
+    frees = {step: sum(size[n] for n in memory[step].allocates if not remaining.get(n) and n not in outputs)
+             for step in order}
+    for name, steps in readers.items():
+        if len(steps) == 1 and name not in outputs:
+            frees[steps[0]] += size.get(name, 0)
 
-    def frees(step) -> int:
-        """Bytes freed right after ``step`` runs, given what has run so far."""
-        mem = memory[step]
-        gone = [n for n in mem.reads if remaining[n] == 1 and n not in outputs]
-        gone += [n for n in mem.allocates if not remaining.get(n) and n not in outputs]
-        return sum(size.get(n, 0) for n in gone)
+    by_net: list = []  # (allocated - frees, position, version, step)
+    by_size: list = []  # (allocated, allocated - frees, position, version, step)
+    version = dict.fromkeys(order, 0)
+    done: set = set()
 
+    def push(step) -> None:
+        version[step] += 1
+        net = allocated[step] - frees[step]
+        heapq.heappush(by_net, (net, position[step], version[step], step))
+        heapq.heappush(by_size, (allocated[step], net, position[step], version[step], step))
+
+    def valid(entry) -> bool:
+        return entry[-1] not in done and entry[-2] == version[entry[-1]]
+
+    for step in order:
+        if waiting[step] == 0:
+            push(step)
     live = sum(nbytes for name, nbytes in donated.items() if remaining.get(name))
     peak = max(live, sum(size.get(n, 0) for n in outputs))
     schedule = []
-    while ready:
-        gap = peak - live
-
-        def cost(step):
-            allocated = sum(memory[step].allocates.values())
-            return (allocated if allocated > gap else 0, allocated - frees(step), position[step])
-
-        step = min(ready, key=cost)
-        ready.remove(step)
+    while by_net:
+        # a step whose allocation fits under the peak so far, leaving the fewest bytes live
+        gap, step, skipped = peak - live, None, []
+        while by_net:
+            entry = heapq.heappop(by_net)
+            if not valid(entry):
+                continue
+            if allocated[entry[-1]] <= gap:
+                step = entry[-1]
+                break
+            skipped.append(entry)
+        for entry in skipped:
+            heapq.heappush(by_net, entry)
+        if step is None:  # none fits: the one allocating least
+            while not valid(by_size[0]):
+                heapq.heappop(by_size)
+            step = by_size[0][-1]
+        done.add(step)
         schedule.append(step)
-        live += sum(memory[step].allocates.values())
+        live += allocated[step]
         peak = max(peak, live)
-        live -= frees(step)
+        live -= frees[step]
         for name in memory[step].reads:
             remaining[name] -= 1
+            if remaining[name] == 1 and name not in outputs:
+                (last,) = (r for r in readers[name] if r not in done)
+                frees[last] += size.get(name, 0)
+                if waiting[last] == 0:
+                    push(last)
         for succ in dag.successors(step):
             waiting[succ] -= 1
             if waiting[succ] == 0:
-                ready.add(succ)
+                push(succ)
+        while by_net and not valid(by_net[0]):
+            heapq.heappop(by_net)
     if len(schedule) != len(order):
         raise RuntimeError(f"LPMF scheduled {len(schedule)} of {len(order)} steps: the dependency graph has a cycle")
     return schedule

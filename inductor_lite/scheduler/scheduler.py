@@ -21,6 +21,7 @@ Steps:
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Callable, Optional, Union
 
 import networkx as nx
@@ -103,6 +104,25 @@ class ExternSchedulerNode:
 Step = Union[KernelGroup, ExternSchedulerNode]
 
 
+def _extractions_after_their_extern(steps: list[Step]) -> list[Step]:
+    """``steps`` with each `MultiOutput` step moved right after its multi-output extern:
+    the wrapper's tuple holds every element until the last is extracted, so extracting
+    late would keep them all live. (Moving a step up to its only producer keeps the
+    order topological.)"""
+    extractions: dict[str, list[Step]] = {}
+    for step in steps:
+        if isinstance(step, ExternSchedulerNode) and isinstance(step.node, MultiOutput):
+            extractions.setdefault(step.node.parent.name, []).append(step)
+    out = []
+    for step in steps:
+        if isinstance(step, ExternSchedulerNode) and isinstance(step.node, MultiOutput):
+            continue
+        out.append(step)
+        if isinstance(step, ExternSchedulerNode):
+            out.extend(extractions.get(step.name, ()))
+    return out
+
+
 class Scheduler:
     """Schedules the buffers of a lowered graph.
 
@@ -181,7 +201,12 @@ class Scheduler:
 
     def _order_for_memory(self) -> tuple[list[Step], memory_order.PeakMemory]:
         """The graph-order ``steps``, or `memory_order`'s reordering of them when that
-        lowers the estimated peak (``config.reorder_for_peak_memory``)."""
+        lowers the estimated peak (``config.reorder_for_peak_memory``).
+
+        A graph with data-dependent sizes (a symbol read from a buffer the graph
+        computes, e.g. after ``nonzero``) keeps graph order: the steps that use such a
+        symbol depend on the step defining it through no buffer.
+        """
         hint = shape_env_size_hint()
         multi_outputs: dict[str, list[MultiOutput]] = {}
         for n in self.nodes:
@@ -190,14 +215,20 @@ class Scheduler:
         memory = {step: self._step_memory(step, multi_outputs, hint) for step in self.steps}
         donated = {name: memory_order.size_in_bytes(self.graph.graph_inputs[name].layout, hint)
                    for name in self.graph.donated_inputs}
-        if not config.reorder_for_peak_memory:
+        data_dependent = any(source[0] in self.buffers for source in self.graph.symbol_sources.values())
+        if not config.reorder_for_peak_memory or data_dependent:
             peak = memory_order.estimate_peak(self.steps, memory, self.output_names, donated)
             return self.steps, memory_order.PeakMemory(peak, peak, "graph order")
         dag = self.dag.copy()
         ordered = [s for s in self.steps
                    if isinstance(s, ExternSchedulerNode) and memory_order.keeps_graph_order(s.node)]
         dag.add_edges_from(zip(ordered, ordered[1:]))
-        return memory_order.reorder_for_peak_memory(self.steps, dag, memory, self.output_names, donated)
+        steps, peak = memory_order.reorder_for_peak_memory(self.steps, dag, memory, self.output_names, donated)
+        if peak.method == "graph order":
+            return steps, peak
+        steps = _extractions_after_their_extern(steps)
+        return steps, dataclasses.replace(
+            peak, chosen=memory_order.estimate_peak(steps, memory, self.output_names, donated))
 
     def _step_memory(self, step: Step, multi_outputs: dict[str, list[MultiOutput]],
                      hint: Callable[[Expr], int]) -> memory_order.StepMemory:
