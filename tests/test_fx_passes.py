@@ -748,6 +748,40 @@ def test_cross_entropy_training_saves_no_fp32_log_probabilities():
     torch.testing.assert_close(x.grad, expected_x.grad)
 
 
+def _relu_ffn(x, w1, w2):
+    # T5's feed-forward layer: under autocast the GEMMs run in bf16, and the ReLU output
+    # goes to the weights' dtype (fp32) and back to bf16 for the second GEMM
+    hidden = torch.relu(x @ w1).to(w2.dtype)
+    return x + hidden @ w2
+
+
+def test_relu_training_saves_a_mask_not_a_second_activation():
+    """ReLU's backward decomposes to ``where(x <= 0, 0, grad)``, so the partition of an
+    autocast step saves the one-byte mask beside the bf16 activation the second GEMM's
+    backward needs, not a second bf16 activation (the pre-ReLU GEMM output), and the
+    gradients hold."""
+    x, w1, w2 = _rand(64, 32), _rand(32, 128), _rand(128, 32)
+    leaves = [t.clone().requires_grad_() for t in (x, w1, w2)]
+    saved = []
+
+    def pack(tensor):
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = torch.compile(_relu_ffn, backend="inductor_lite")(*leaves)
+    out.float().square().mean().backward()
+    assert counters["graphs_fallback"] == 0
+    # the activation is saved transposed, for the second GEMM's weight gradient
+    assert sorted(str(t.dtype) for t in saved if t.numel() == 64 * 128) == ["torch.bfloat16", "torch.bool"]
+    expected_leaves = [t.clone().requires_grad_() for t in (x, w1, w2)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = _relu_ffn(*expected_leaves)
+    expected.float().square().mean().backward()
+    for got, want in zip(leaves, expected_leaves):
+        torch.testing.assert_close(got.grad, want.grad, atol=2e-2, rtol=2e-2)
+
+
 def _tanh_gelu_mlp(x, w1, w2):
     h = x @ w1
     return (0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h.pow(3)))) @ w2).square().mean()

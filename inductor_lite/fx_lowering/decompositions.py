@@ -12,8 +12,11 @@ without logits, soft margin: ``reduction`` none, mean or sum) and math composite
 as Inductor decomposes them. Their pieces (``amax``, ``sum``, ``var_mean``, ``exp``, ...) lower to
 `Reduction` and `Pointwise` nodes that the scheduler fuses into one kernel per row
 pattern. Matmuls, convolution, attention and embedding stay whole and become extern
-calls. GELU, SiLU, sigmoid/tanh backward, threshold backward and dropout backward have
-direct lowerings, so they are not decomposed.
+calls. GELU, SiLU, sigmoid/tanh backward and dropout backward have direct lowerings,
+so they are not decomposed. ``threshold_backward`` (ReLU's) has one too but is
+decomposed, as Inductor does, into ``where(x <= threshold, 0, grad)``: the partitioner
+can then save the one-byte mask ``x <= threshold`` rather than the activation itself
+(T5's feed-forward layers saved a bfloat16 tensor per layer more than Inductor's).
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ DECOMPOSED_OPS = [
     aten.softplus,
     aten.softplus_backward,
     aten.softshrink,
+    aten.threshold_backward,
     aten.xlogy,
     # pointwise losses; l1_loss is CompositeImplicitAutograd and never reaches the table
     aten.binary_cross_entropy,
