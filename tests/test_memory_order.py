@@ -27,6 +27,20 @@ def fresh():
     torch._dynamo.reset()
 
 
+@pytest.fixture
+def peaks(monkeypatch) -> list:
+    """The `memory_order.PeakMemory` of each graph the backend compiles, in order."""
+    recorded = []
+    build = inductor_lite.backend.generate_wrapper
+
+    def recording(graph, scheduler, title):
+        recorded.append(scheduler.peak_memory)
+        return build(graph, scheduler, title)
+
+    monkeypatch.setattr(inductor_lite.backend, "generate_wrapper", recording)
+    return recorded
+
+
 def _chain(*edges) -> nx.DiGraph:
     dag = nx.DiGraph()
     dag.add_edges_from(edges)
@@ -132,17 +146,9 @@ def test_random_ops_draw_in_eager_order():
     torch.testing.assert_close(got, expected)
 
 
-def test_training_with_a_reordered_forward_matches_eager(monkeypatch):
+def test_training_with_a_reordered_forward_matches_eager(peaks):
     """Three GEMM outputs made first and reduced last in graph order: the forward runs
     each reduction right after its GEMM, and the loss and gradients match eager's."""
-    peaks = []
-    build = inductor_lite.backend.generate_wrapper
-
-    def recording(graph, scheduler, title):
-        peaks.append(scheduler.peak_memory)
-        return build(graph, scheduler, title)
-
-    monkeypatch.setattr(inductor_lite.backend, "generate_wrapper", recording)
 
     def fn(x, w1, w2, w3):
         a, b, c = x @ w1, x @ w2, x @ w3  # different widths: three reduction kernels
@@ -162,17 +168,9 @@ def test_training_with_a_reordered_forward_matches_eager(monkeypatch):
         torch.testing.assert_close(got.grad, want.grad)
 
 
-def test_a_graph_with_data_dependent_sizes_keeps_graph_order(monkeypatch):
+def test_a_graph_with_data_dependent_sizes_keeps_graph_order(peaks, monkeypatch):
     """Steps using a size that ``x[x > 0]`` defines depend on it through no buffer, so
     the graph keeps its order (the GEMM beside it would otherwise move)."""
-    peaks = []
-    build = inductor_lite.backend.generate_wrapper
-
-    def recording(graph, scheduler, title):
-        peaks.append(scheduler.peak_memory)
-        return build(graph, scheduler, title)
-
-    monkeypatch.setattr(inductor_lite.backend, "generate_wrapper", recording)
     monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
 
     def fn(x, y, w):
