@@ -81,7 +81,7 @@ def test_a_cycle_is_reported():
         lpmf_order(["a", "b"], _chain(("a", "b"), ("b", "a")), memory, set(), {})
 
 
-def test_random_and_side_effecting_externs_keep_their_order():
+def test_random_side_effecting_and_collective_externs_keep_their_order():
     layout = Layout(torch.device("cpu"), torch.float32, [4], [1])
     aten = torch.ops.aten
     rand = ExternKernel("r", layout, aten.rand.default, [[4]], {}, {})
@@ -90,6 +90,9 @@ def test_random_and_side_effecting_externs_keep_their_order():
     effect.has_side_effects = True
     assert memory_order.keeps_graph_order(rand) and memory_order.keeps_graph_order(effect)
     assert not memory_order.keeps_graph_order(mm)
+    if torch.distributed.is_available():  # every rank issues collectives in one order
+        reduce = ExternKernel("c", layout, torch.ops._c10d_functional.all_reduce.default, [], {}, {})
+        assert memory_order.keeps_graph_order(reduce)
     assert not memory_order.keeps_graph_order(MultiOutput("o", layout, rand, 0))
 
 

@@ -25,8 +25,10 @@ and keeps the graph order unless the greedy one is lower:
 Dependencies are the scheduler's DAG (a step runs after the steps that write what it
 reads) plus one ordering edge between consecutive externs whose order is observable:
 random ops (the ``nondeterministic_seeded`` tag: they draw from the global generator in
-turn) and side-effecting ops (``ExternKernel.has_side_effects``). Everything else is
-functional, so any topological order computes the same values.
+turn), side-effecting ops (``ExternKernel.has_side_effects``) and collectives (the
+functional c10d ops: every rank must issue them in one order, whatever size hints its
+estimate saw). Everything else is functional, so any topological order computes the
+same values.
 """
 
 from __future__ import annotations
@@ -65,14 +67,20 @@ class PeakMemory:
     method: str
 
 
+COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
+"""Op namespaces of collectives, which keep their graph order."""
+
+
 def keeps_graph_order(node) -> bool:
     """Whether an extern must run in graph order relative to the other such externs:
-    it draws random numbers or has side effects."""
+    it draws random numbers, has side effects or is a collective."""
     if isinstance(node, MultiOutput) or not isinstance(node, ExternKernel):
         return False
     op = node.op
-    seeded = isinstance(op, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
-    return seeded or node.has_side_effects
+    if not isinstance(op, torch._ops.OpOverload):
+        return node.has_side_effects
+    seeded = torch.Tag.nondeterministic_seeded in op.tags
+    return seeded or node.has_side_effects or op.namespace in COLLECTIVE_NAMESPACES
 
 
 def estimate_peak(order: Sequence[Hashable], memory: dict, outputs: set[str], donated: dict[str, int]) -> int:
