@@ -31,7 +31,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from .indexing import Expr, as_expr, contiguous_strides, flat_to_vars, index_var, product
+from .indexing import Expr, as_expr, contiguous_strides, flat_to_vars, index_var, product, storage_length
 from .ops import OpsHandler, ops, set_ops_handler
 
 InnerFn = Callable[[Sequence[Expr]], Any]
@@ -71,6 +71,11 @@ class Layout:
 
     def numel(self) -> Expr:
         return product(self.size)
+
+    def storage_nbytes(self) -> Expr:
+        """Bytes of storage the layout spans from its offset (TorchInductor's
+        ``compute_required_storage_length`` times the element size)."""
+        return sympy.expand(storage_length(self.size, self.stride) * self.dtype.itemsize)
 
     def __str__(self) -> str:
         dtype = str(self.dtype).replace("torch.", "")

@@ -35,13 +35,11 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from typing import Callable, Hashable, Iterable, Sequence
+from typing import Hashable, Iterable, Sequence
 
 import networkx as nx
-import sympy
 import torch
 
-from ..ir.indexing import storage_length
 from ..ir.nodes import ExternKernel, MultiOutput
 
 
@@ -130,11 +128,11 @@ def lpmf_order(order: Sequence[Hashable], dag: nx.DiGraph, memory: dict, outputs
     """
     position = {step: i for i, step in enumerate(order)}
     waiting = {step: dag.in_degree(step) for step in order}
-    remaining = _reader_counts(order, memory)
     readers: dict[str, list] = {}
     for step in order:
         for name in memory[step].reads:
             readers.setdefault(name, []).append(step)
+    remaining = {name: len(steps) for name, steps in readers.items()}
     size = dict(donated)
     for step in order:
         size.update(memory[step].allocates)
@@ -229,7 +227,3 @@ def reorder_for_peak_memory(order: Sequence[Hashable], dag: nx.DiGraph, memory: 
         return greedy, PeakMemory(baseline, greedy_peak, "lpmf")
     return list(order), PeakMemory(baseline, baseline, "graph order")
 
-
-def size_in_bytes(layout, size_hint: Callable[[sympy.Expr], int]) -> int:
-    """Bytes of ``layout``'s storage at the size hints (its offset excluded)."""
-    return size_hint(storage_length(layout.size, layout.stride)) * layout.dtype.itemsize

@@ -213,7 +213,7 @@ class Scheduler:
             if isinstance(n.node, MultiOutput):
                 multi_outputs.setdefault(n.node.parent.name, []).append(n.node)
         memory = {step: self._step_memory(step, multi_outputs, hint) for step in self.steps}
-        donated = {name: memory_order.size_in_bytes(self.graph.graph_inputs[name].layout, hint)
+        donated = {name: hint(self.graph.graph_inputs[name].layout.storage_nbytes())
                    for name in self.graph.donated_inputs}
         data_dependent = any(source[0] in self.buffers for source in self.graph.symbol_sources.values())
         if not config.reorder_for_peak_memory or data_dependent:
@@ -247,7 +247,7 @@ class Scheduler:
             else:
                 written = [node]
             reads = step.read_names()
-        return memory_order.StepMemory({b.name: memory_order.size_in_bytes(b.layout, hint) for b in written}, reads)
+        return memory_order.StepMemory({b.name: hint(b.layout.storage_nbytes()) for b in written}, reads)
 
     def _readers(self) -> dict[str, set]:
         readers: dict[str, set] = {}
