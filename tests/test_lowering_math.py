@@ -440,10 +440,17 @@ def test_backward(name):
     fn, (lo, hi) = GRADIENTS[name]
     x = (torch.rand(70) * (hi - lo) + lo).requires_grad_()
     x_eager = x.detach().clone().requires_grad_()
+    x_fp64 = x.detach().double().requires_grad_()
     grad = torch.randn(70)
     compile_and_run(fn, x).backward(grad)
     fn(x_eager).backward(grad)
-    torch.testing.assert_close(x.grad, x_eager.grad, rtol=1e-5, atol=1e-5)
+    fn(x_fp64).backward(grad.double())
+    # Formulas such as sinc's derivative cancel near zero, where fp32 eager is off by
+    # more than 1e-5 too: ours may not be further from fp64 than twice eager's error.
+    want = x_fp64.grad
+    allowed = 2 * (x_eager.grad.double() - want).abs() + 1e-5 + 1e-5 * want.abs()
+    error = (x.grad.double() - want).abs()
+    assert (error <= allowed).all(), f"max excess {(error - allowed).max().item():.3g}"
 
 
 def test_binary_backward():
