@@ -16,7 +16,7 @@ import inductor_lite
 import inductor_lite.backend
 from inductor_lite.codegen import heuristics, wrapper
 from inductor_lite.codegen.memory_planning import (
-    AllocateLine, BufferSpec, ExternAllocationLine, FreeIfNotReusedLine, FreeLine, ReuseLine, may_alias_inputs,
+    AllocateLine, BufferSpec, ExternAllocationLine, FreeIfNotReusedLine, FreeLine, ReuseLine,
     plan_memory,
 )
 from inductor_lite.codegen.kernel import generate_kernel
@@ -340,11 +340,27 @@ def test_a_buffer_an_extern_view_aliases_is_not_reused(poison_reused, monkeypatc
     assert not code.memory_plan.reuses()
     assert_matches(code, fn, *inputs)
     # the check matters: planned as if views did not alias, relu(x @ v) overwrites u
-    monkeypatch.setattr(wrapper, "may_alias_inputs", lambda op: False)
+    monkeypatch.setattr(graph_lowering, "may_alias_inputs", lambda *args: False)
     code, _ = build(fn, *inputs)
     assert code.memory_plan.reuses()
     x, w, v = inputs
     torch.testing.assert_close(run(code, *inputs)[1], torch.relu(x @ v).unfold(0, 2, 2) * 2)
+
+
+def test_an_extern_that_returns_its_input_keeps_that_storage(poison_reused, planned_only):
+    """``dequantize`` returns a float input itself, though its schema has no alias
+    annotation: the kernel after it may not take that input's storage while the result
+    is still to be read (it did, and the GEMM multiplied ``z`` by itself)."""
+    def fn(a, b):
+        y = torch.dequantize(a * 2)
+        z = (b + 1) * 3
+        return y @ z, z
+
+    inputs = [torch.randn(16, 16) for _ in range(2)]
+    code, scheduler = build(fn, *inputs)
+    check_plan(code.memory_plan, scheduler)
+    assert not code.memory_plan.reuses()
+    assert_matches(code, fn, *inputs)
 
 
 def test_symbolic_sizes_reuse_only_provably_equal_storage(poison_reused, planned_only):
@@ -392,11 +408,21 @@ def test_plan_takes_nearly_equal_sizes_and_keeps_the_peak():
     assert [(r.old.name, r.new.name) for r in plan.reuses()] == [("a", "d")] and plan.peak_bytes == 6000
 
 
-def test_extern_aliasing_from_the_schema():
+def test_extern_aliasing_from_the_schema_and_the_fake_run():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from inductor_lite.fx_lowering.extern_layouts import may_alias_inputs
+
     aten = torch.ops.aten
-    assert not may_alias_inputs(aten.mm.default) and not may_alias_inputs(aten.sort.default)
-    assert may_alias_inputs(aten.unfold.default) and may_alias_inputs(aten.view.dtype)
-    assert may_alias_inputs(lambda x: x)  # no schema: assume it may
+    with FakeTensorMode():
+        x, new = torch.randn(4, 4), torch.randn(4, 4)
+        dequantized = aten.dequantize.self(x)
+    assert not may_alias_inputs(aten.mm.default, [x, x], [new])
+    assert not may_alias_inputs(aten.sort.default, [x], [new, new])
+    assert may_alias_inputs(aten.unfold.default, [x], [new]) and may_alias_inputs(aten.view.dtype, [x], [new])
+    assert may_alias_inputs(aten.dequantize.self, [x], [dequantized])  # the fake run returned x
+    assert may_alias_inputs(torch.ops._c10d_functional.wait_tensor.default, [x], [new])
+    assert may_alias_inputs(lambda v: v, [x], [new])  # no schema: assume it may
 
 
 def _record_plans(monkeypatch) -> list:

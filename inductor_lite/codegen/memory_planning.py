@@ -29,8 +29,9 @@ rewrites the memory lines before any text is written, as TorchInductor's wrapper
 Only buffers the wrapper allocates are planned: graph inputs and constants belong to
 the caller, extern outputs are allocated by their aten op (`ExternAllocationLine` only
 counts their bytes; a kernel may still write over one in place), graph outputs are
-never freed, and a buffer an extern output may alias (the op's schema says its result
-is a view) is freed with a plain `FreeLine`, since the view goes on using its storage.
+never freed, and a buffer an extern output may alias (``ExternKernel.may_alias_inputs``:
+a view, or an op that returns its input) is freed with a plain `FreeLine`, since the
+alias goes on using its storage.
 
 `MemoryPlan.peak_bytes` is the most memory ``call`` holds at once in buffers it
 allocates (kernel and extern outputs; graph inputs not counted), symbolic sizes at
@@ -397,14 +398,5 @@ def returns_new_tensor(op) -> bool:
     GEMM's output read by its epilogue, a cast's), each checked to allocate its result.
     """
     schema = getattr(op, "_schema", None)
-    return schema is not None and schema.name in _ALLOCATING_EXTERNS and not may_alias_inputs(op)
-
-
-def may_alias_inputs(op) -> bool:
-    """Whether an extern op's result may share storage with its inputs: its schema
-    marks a returned tensor with an alias set (a view op such as ``aten.unfold``); an
-    op without a schema is assumed to."""
-    schema = getattr(op, "_schema", None)
-    if schema is None:
-        return True
-    return any(ret.alias_info is not None for ret in schema.returns)
+    return (schema is not None and schema.name in _ALLOCATING_EXTERNS
+            and all(ret.alias_info is None for ret in schema.returns))  # not an out= overload

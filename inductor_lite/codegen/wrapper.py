@@ -73,7 +73,7 @@ from ..scheduler.scheduler import Scheduler
 from .kernel import KernelSource, generate_kernel
 from .memory_planning import (
     AllocateLine, BufferSpec, ExternAllocationLine, FreeIfNotReusedLine, FreeLine, Line, MemoryPlan, ReuseLine,
-    inplace_donors, may_alias_inputs, plan_memory, returns_new_tensor,
+    inplace_donors, plan_memory, returns_new_tensor,
 )
 from .printer import pexpr
 
@@ -211,7 +211,7 @@ class WrapperCodegen:
         aliased = set()
         for step in self.scheduler.steps:
             if not isinstance(step, KernelGroup) and not isinstance(step.node, MultiOutput) \
-                    and may_alias_inputs(step.node.op):
+                    and step.node.may_alias_inputs:
                 aliased |= step.read_names()
         for buf in self.scheduler.buffers.values():
             if isinstance(buf, ScatterBuffer):  # two names of one storage: never handed on
@@ -222,6 +222,7 @@ class WrapperCodegen:
                   if sympy.sympify(self.graph.graph_inputs[name].storage_offset) == 0}
         externs = {name for name, buf in self.scheduler.buffers.items()
                    if type(buf) is ExternKernel and buf.layout is not None and returns_new_tensor(buf.op)
+                   and not buf.may_alias_inputs
                    and buf.storage_offset == 0 and name not in self.scheduler.removed_buffers}
         kept = set(self.scheduler.output_names) | aliased
         return owned - kept, externs - kept
@@ -356,7 +357,7 @@ class WrapperCodegen:
             args = [self._value(a) for a in buf.args] + [f"{k}={self._value(v)}" for k, v in buf.kwargs.items()]
             self.out.line(f"{buf.name} = {self._extern_op(buf.op)}({', '.join(args)})")
         owner = buf.parent if isinstance(buf, MultiOutput) else buf
-        if buf.layout is not None and not may_alias_inputs(owner.op):
+        if buf.layout is not None and not owner.may_alias_inputs:
             self.out.memory(ExternAllocationLine(step, BufferSpec.of(buf.name, buf.layout)))
         if buf.layout is not None:
             self._define_symbols(buf.name, self.graph.symbol_sources)

@@ -1,4 +1,6 @@
-"""Which extern outputs have a layout fixed at compile time.
+"""What the lowering knows of an extern call's outputs: which have a layout fixed at
+compile time (`fixed_layout`), and which may share storage with an input
+(`may_alias_inputs`).
 
 An extern call's output layout comes from the FX node's ``meta["val"]`` (a fake tensor
 made by the op's meta function). Generated kernels and views index that output with
@@ -30,6 +32,12 @@ view of an input: a backend may lay out such an input differently from the fake 
 channels-last choice, a size-1 dimension), and its output follows. Convolution with a
 channels-last input keeps it too: whether the output follows depends on the backend
 picked at run time (``torch.backends.cudnn.enabled``).
+
+An output that may share an input's storage keeps that storage alive: the wrapper
+never hands it on while the output lives. The schema's alias annotations are not
+enough to know it. ``aten.dequantize.self`` returns a float input itself and
+``_c10d_functional.wait_tensor`` returns its input, neither annotated; the first is
+caught by its fake run, which returns the input too, the second by a list.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from typing import Any, Optional, Sequence
 import sympy
 import torch
 from torch._prims_common import suggest_memory_format
+
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..ir.nodes import Layout
 
@@ -81,6 +91,34 @@ def fixed_layout(op: Any, args: Sequence[Any], output_index: Optional[int], layo
         return (output_index is None and _is_row_major(layout.size, layout.stride)
                 and all(_suggests_contiguous(a) for a in args[:2]))
     return False
+
+
+# ops whose real result is an input although neither the schema nor the fake run says so
+_RETURNS_AN_INPUT = frozenset(
+    op.default for op in [getattr(torch.ops._c10d_functional, "wait_tensor", None)] if op is not None
+)
+
+
+def may_alias_inputs(op: Any, input_vals: Sequence[Any], output_vals: Sequence[Any]) -> bool:
+    """Whether an output of extern ``op`` may share storage with one of its inputs.
+
+    Args:
+        op: the extern's op (an ``OpOverload``; anything without a schema is assumed to alias).
+        input_vals: the ``meta["val"]`` of the call's FX input nodes (fake tensors and
+            anything else, which is ignored).
+        output_vals: the fake tensors of its result.
+
+    Returns:
+        True when the schema marks a result with an alias set (a view op), when the op
+        is known to return an input (`_RETURNS_AN_INPUT`), or when a fake output shares
+        a fake input's storage (the op's fake run returned an input, as
+        ``aten.dequantize.self`` does for a float tensor).
+    """
+    schema = getattr(op, "_schema", None)
+    if schema is None or op in _RETURNS_AN_INPUT or any(ret.alias_info is not None for ret in schema.returns):
+        return True
+    storages = {StorageWeakRef(v.untyped_storage()) for v in input_vals if isinstance(v, torch.Tensor)}
+    return any(StorageWeakRef(v.untyped_storage()) in storages for v in output_vals if isinstance(v, torch.Tensor))
 
 
 def _is_row_major(size: Sequence[sympy.Expr], stride: Sequence[sympy.Expr]) -> bool:

@@ -41,7 +41,7 @@ from ..ir.nodes import (
     Pointwise, ReinterpretView, StorageBox, StridedInfo, as_strided_view, underlying_buffer,
 )
 from . import reductions  # noqa: F401 - registers the reduction lowerings
-from .extern_layouts import fixed_layout
+from .extern_layouts import fixed_layout, may_alias_inputs
 from .lowerings import LOWERINGS, LoweringContext, NoLowering, lazy_origins, op_short_name
 from ..ir.ops import OpsHandler, set_ops_handler
 
@@ -372,6 +372,7 @@ class GraphLowering(torch.fx.Interpreter):
             {"dtype": val.dtype, "device": val.device}, {self.current_node.name: "empty"},
         )
         buffer.fixed_layout = True
+        buffer.may_alias_inputs = False
         return self.register_buffer(buffer)
 
     def make_extern(self, target, args, kwargs, reason: str = "no lowering") -> Any:
@@ -397,16 +398,20 @@ class GraphLowering(torch.fx.Interpreter):
         origins = {node.name: op_short_name(target)}
         self.extern_ops.append(str(target))
         log_artifact("fallbacks", f"extern {target} for {node.name} ({reason})")
+        aliases = may_alias_inputs(target, pytree.tree_leaves([n.meta.get("val") for n in node.all_input_nodes]),
+                                   pytree.tree_leaves(val))
         if isinstance(val, torch.Tensor):
             buffer = ExternKernel(self.new_name(), _layout_of(val), target, args, kwargs, origins,
                                   val.storage_offset())
             buffer.fixed_layout = fixed_layout(target, args, None, buffer.layout)
             buffer.has_side_effects = has_side_effects
+            buffer.may_alias_inputs = aliases
             self.register_buffer(buffer)
             self._add_symbol_sources(buffer.name, val)
             return buffer
         parent = self.register_buffer(ExternKernel(self.new_name(), None, target, args, kwargs, origins))
         parent.has_side_effects = has_side_effects
+        parent.may_alias_inputs = aliases
         if val is None:
             return None
         if not isinstance(val, (list, tuple)):

@@ -459,7 +459,10 @@ class ExternKernel(Buffer):
     wrapper checks no strides after the call (the lowering decides, see
     `fx_lowering.extern_layouts`). ``has_side_effects``: the op was called through
     ``with_effects``, so it keeps its place among ordered externs
-    (`scheduler.memory_order`).
+    (`scheduler.memory_order`). ``may_alias_inputs``: a result may share storage with
+    an input (a view, or an op that returns its input), so the wrapper never hands an
+    input's storage on while the result lives (the lowering decides,
+    `fx_lowering.extern_layouts.may_alias_inputs`; True, the safe answer, until it does).
     """
 
     def __init__(self, name: str, layout: Optional[Layout], op: Any, args: Sequence, kwargs: dict,
@@ -471,6 +474,7 @@ class ExternKernel(Buffer):
         self.storage_offset = as_expr(storage_offset)
         self.fixed_layout = False
         self.has_side_effects = False
+        self.may_alias_inputs = True
 
     @property
     def op_name(self) -> str:
