@@ -117,8 +117,13 @@ def may_alias_inputs(op: Any, input_vals: Sequence[Any], output_vals: Sequence[A
     schema = getattr(op, "_schema", None)
     if schema is None or op in _RETURNS_AN_INPUT or any(ret.alias_info is not None for ret in schema.returns):
         return True
-    storages = {StorageWeakRef(v.untyped_storage()) for v in input_vals if isinstance(v, torch.Tensor)}
-    return any(StorageWeakRef(v.untyped_storage()) in storages for v in output_vals if isinstance(v, torch.Tensor))
+    return not _storages(input_vals).isdisjoint(_storages(output_vals))
+
+
+def _storages(vals: Sequence[Any]) -> set[StorageWeakRef]:
+    """The storages of the strided tensors among ``vals`` (sparse and nested ones have none)."""
+    return {StorageWeakRef(v.untyped_storage()) for v in vals
+            if isinstance(v, torch.Tensor) and v.layout == torch.strided and not v.is_nested}
 
 
 def _is_row_major(size: Sequence[sympy.Expr], stride: Sequence[sympy.Expr]) -> bool:
