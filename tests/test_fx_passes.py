@@ -248,6 +248,29 @@ def test_attention_dynamic_shapes():
     assert counters["pass.fuse_attention"] >= 1
 
 
+def test_a_replaced_node_gives_its_aliases_its_storage():
+    """The pass replaces the second GEMM with a reshape of the fused op's output; the
+    ``dequantize`` after it (which returns its input) keeps its sizes and strides, but
+    its fake value must name the new storage: the lowering tells from it that the
+    result aliases its input, and a stale value let the next kernel take that storage
+    while the result was still to be read."""
+    b, h, lq, e = 2, 3, 8, 16
+
+    def fn(q, k, v, x):
+        p = torch.softmax(q @ k.transpose(-2, -1) * 0.25, -1)
+        o = torch.bmm(p.reshape(b * h, lq, lq), v.reshape(b * h, lq, e))  # a 3-D output
+        z = (x + 1) * 3  # as many bytes as o
+        return torch.dequantize(o) @ z.transpose(1, 2), z
+
+    q, k, v = _qkv(b, h, lq, lq, e)
+    x = _rand(b * h, lq, e)
+    with torch.no_grad():
+        got = _compile(fn)(q, k, v, x)
+    assert counters["pass.fuse_attention"] == 1
+    for g, w in zip(got, fn(q, k, v, x)):  # eager: dequantize makes an fp64 reference fp32
+        torch.testing.assert_close(g, w, **TOL[torch.float32])
+
+
 def test_attention_training_matches_eager():
     # The forward graph saves the probabilities for the backward, so the pattern's
     # intermediates have users outside it: the pass must leave it alone.

@@ -37,7 +37,8 @@ An output that may share an input's storage keeps that storage alive: the wrappe
 never hands it on while the output lives. The schema's alias annotations are not
 enough to know it. ``aten.dequantize.self`` returns a float input itself and
 ``_c10d_functional.wait_tensor`` returns its input, neither annotated; the first is
-caught by its fake run, which returns the input too, the second by a list.
+caught by its fake run, which returns the input too (the graph passes keep such a
+value's storage current: `fx_passes.common.refresh_downstream`), the second by a list.
 """
 
 from __future__ import annotations
@@ -48,8 +49,7 @@ import sympy
 import torch
 from torch._prims_common import suggest_memory_format
 
-from torch.multiprocessing.reductions import StorageWeakRef
-
+from ..fx_passes.common import storages
 from ..ir.nodes import Layout
 
 aten = torch.ops.aten
@@ -93,10 +93,10 @@ def fixed_layout(op: Any, args: Sequence[Any], output_index: Optional[int], layo
     return False
 
 
-# ops whose real result is an input although neither the schema nor the fake run says so
-_RETURNS_AN_INPUT = frozenset(
-    op.default for op in [getattr(torch.ops._c10d_functional, "wait_tensor", None)] if op is not None
-)
+_RETURNS_AN_INPUT = frozenset({"_c10d_functional::wait_tensor", "c10d_functional::wait_tensor"})
+"""Schema names of ops whose real result is an input although neither the schema nor the
+fake run says so (by name: the legacy namespace is registered only when
+``torch.distributed`` is imported)."""
 
 
 def may_alias_inputs(op: Any, input_vals: Sequence[Any], output_vals: Sequence[Any]) -> bool:
@@ -105,7 +105,7 @@ def may_alias_inputs(op: Any, input_vals: Sequence[Any], output_vals: Sequence[A
     Args:
         op: the extern's op (an ``OpOverload``; anything without a schema is assumed to alias).
         input_vals: the ``meta["val"]`` of the call's FX input nodes (fake tensors and
-            anything else, which is ignored).
+            anything else, which is ignored; pytrees are flattened by the caller).
         output_vals: the fake tensors of its result.
 
     Returns:
@@ -115,15 +115,9 @@ def may_alias_inputs(op: Any, input_vals: Sequence[Any], output_vals: Sequence[A
         ``aten.dequantize.self`` does for a float tensor).
     """
     schema = getattr(op, "_schema", None)
-    if schema is None or op in _RETURNS_AN_INPUT or any(ret.alias_info is not None for ret in schema.returns):
+    if schema is None or schema.name in _RETURNS_AN_INPUT or any(r.alias_info is not None for r in schema.returns):
         return True
-    return not _storages(input_vals).isdisjoint(_storages(output_vals))
-
-
-def _storages(vals: Sequence[Any]) -> set[StorageWeakRef]:
-    """The storages of the strided tensors among ``vals`` (sparse and nested ones have none)."""
-    return {StorageWeakRef(v.untyped_storage()) for v in vals
-            if isinstance(v, torch.Tensor) and v.layout == torch.strided and not v.is_nested}
+    return not storages(input_vals).isdisjoint(storages(output_vals))
 
 
 def _is_row_major(size: Sequence[sympy.Expr], stride: Sequence[sympy.Expr]) -> bool:

@@ -18,6 +18,7 @@ import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
 aten = torch.ops.aten
@@ -143,17 +144,35 @@ def replace_node(gm: torch.fx.GraphModule, old: torch.fx.Node, new: torch.fx.Nod
 
 def refresh_downstream(gm: torch.fx.GraphModule, start: torch.fx.Node) -> None:
     """Re-run, under the fake mode, each node after ``start`` that reads a node whose
-    fake value changed; stops where a value comes out as before."""
+    fake value changed; stops where a value comes out as before (`value_changed`)."""
     fake_mode = fake_mode_of(gm)
     changed = {start}
     node = start.next
     while node.op != "root":
         if node.op == "call_function" and any(i in changed for i in node.all_input_nodes):
             result = _fake_run(fake_mode, node)
-            if not same_meta(result, node.meta.get("val")):
+            if value_changed(result, node.meta.get("val"), [i.meta.get("val") for i in node.all_input_nodes
+                                                              if i in changed]):
                 node.meta["val"] = result
                 changed.add(node)
         node = node.next
+
+
+def value_changed(new: Any, old: Any, changed_inputs: Sequence[Any]) -> bool:
+    """Whether a node's re-run fake value ``new`` must replace ``old``: its metadata
+    differs (`same_meta`), or it shares storage with one of ``changed_inputs`` (the new
+    values of the inputs that changed). A view of a replaced node, or an op that returns
+    its input (``dequantize`` of a float tensor), keeps its metadata, but its old value
+    names the old input's storage, by which the lowering tells what an extern output
+    aliases (`fx_lowering.extern_layouts.may_alias_inputs`)."""
+    return not same_meta(new, old) or not storages(new).isdisjoint(storages(changed_inputs))
+
+
+def storages(value: Any) -> set:
+    """The storages (``StorageWeakRef``) of the strided tensors in ``value``, a fake or real
+    tensor or a pytree of them; sparse and nested tensors have none."""
+    return {StorageWeakRef(t.untyped_storage()) for t in pytree.tree_leaves(value)
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_nested}
 
 
 def _fake_run(fake_mode, node: torch.fx.Node) -> Any:

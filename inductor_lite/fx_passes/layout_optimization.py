@@ -64,7 +64,7 @@ from torch.utils.flop_counter import conv_flop_count
 from ..config import config
 from ..logs import log_artifact
 from .common import (
-    GRAPH_KIND, USER_OUTPUTS, GraphBuilder, aten, fake_mode_of, is_call, is_concrete, same_meta,
+    GRAPH_KIND, USER_OUTPUTS, GraphBuilder, aten, fake_mode_of, is_call, is_concrete, same_meta, value_changed,
     tensor_val, val,
 )
 
@@ -193,7 +193,8 @@ def _plan(gm: torch.fx.GraphModule, convs: set) -> Optional[_Plan]:
                 result = _run(node, plan, inputs)
             except Exception as error:  # noqa: BLE001 - as above
                 return _give_up(node, f"fails on a contiguous copy ({type(error).__name__}: {error})")
-        if not same_meta(result, node.meta.get("val")):
+        if value_changed(result, node.meta.get("val"), [plan.values[i] for i in node.all_input_nodes
+                                                        if i in plan.values]):
             plan.values[node] = result
     return plan if _restore_user_outputs(gm, plan) else None
 

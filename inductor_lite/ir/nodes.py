@@ -460,8 +460,8 @@ class ExternKernel(Buffer):
     `fx_lowering.extern_layouts`). ``has_side_effects``: the op was called through
     ``with_effects``, so it keeps its place among ordered externs
     (`scheduler.memory_order`). ``may_alias_inputs``: a result may share storage with
-    an input (a view, or an op that returns its input), so the wrapper never hands an
-    input's storage on while the result lives (the lowering decides,
+    an input (a view, or an op that returns its input), so the wrapper never hands the
+    storage of the extern's inputs on (the lowering decides,
     `fx_lowering.extern_layouts.may_alias_inputs`; True, the safe answer, until it does).
     """
 
