@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from inductor_lite.bench import MODELS, ModelSpec, Result, Settings, check_accuracy, measure_model
+from inductor_lite.bench import MODELS, ModelSpec, Result, Settings, check_accuracy, measure, measure_model
 from inductor_lite.bench.__main__ import main
 from inductor_lite.bench.report import COLUMNS, geomean, geomean_speedups, write_results
 
@@ -182,8 +182,6 @@ def test_measure_model_flags_wrong_results_and_survives_errors(mode):
 
 
 def test_measure_model_times_every_backend_in_the_same_rounds(monkeypatch):
-    from inductor_lite.bench import measure
-
     timings = []
     real = measure.time_contenders
     monkeypatch.setattr(measure, "time_contenders", lambda fns, *a, **k: timings.append(len(fns)) or real(fns, *a, **k))
@@ -295,8 +293,6 @@ def test_bad_arguments_exit_2_naming_the_problem(argv, message, capsys):
 
 
 def test_measure_model_times_each_backend_beside_eager_when_all_at_once_run_out_of_memory(monkeypatch):
-    from inductor_lite.bench import measure
-
     timings = []
     real = measure.time_contenders
 
@@ -349,6 +345,42 @@ def test_a_job_past_its_timeout_fails_only_its_own_rows():
     rows = run_parallel([MODELS["mlp"]], ["eager", "inductor_lite"], settings, jobs=2, timeout_s=0.01)
     assert [(r.backend, r.status) for r in rows] == [("eager", "failed"), ("inductor_lite", "failed")]
     assert all("ran past" in r.note for r in rows)
+
+
+def _fake_fresh_starts(monkeypatch, seconds: dict) -> list[str]:
+    """Replace the fresh-process child with ``seconds[backend]``'s next value (an
+    exception is raised); returns the list of backends in the order they were called."""
+    calls, samples = [], {backend: iter(values) for backend, values in seconds.items()}
+
+    def fresh_process_first_call(work, backend, timeout_s=1800):
+        calls.append(backend)
+        value = next(samples[backend])
+        if isinstance(value, Exception):
+            raise value
+        return value, {}
+
+    monkeypatch.setattr(measure, "fresh_process_first_call", fresh_process_first_call)
+    return calls
+
+
+def test_fresh_starts_take_turns_and_report_the_median(monkeypatch):
+    assert measure.FRESH_ROUNDS == 3
+    calls = _fake_fresh_starts(monkeypatch, {"eager": [5.0, 1.0, 3.0], "inductor_lite": [2.0, 9.0, 4.0]})
+    settings = dataclasses.replace(_TINY, fresh_process=True)
+    eager, lite = measure_model(MODELS["mlp"], ["eager", "inductor_lite"], settings)
+    assert calls == ["eager", "inductor_lite"] * 3
+    # both less the same eager iteration: the medians are 3 and 4
+    assert lite.compile_fresh_s - eager.compile_fresh_s == pytest.approx(1.0)
+
+
+def test_a_failed_fresh_start_costs_only_its_backend_the_column(monkeypatch):
+    error = RuntimeError("fresh-process warm start exited with 1: boom")
+    calls = _fake_fresh_starts(monkeypatch, {"eager": [1.0, 1.0, 1.0], "inductor_lite": [2.0, error]})
+    settings = dataclasses.replace(_TINY, fresh_process=True)
+    eager, lite = measure_model(MODELS["mlp"], ["eager", "inductor_lite"], settings)
+    assert calls == ["eager", "inductor_lite", "eager", "inductor_lite", "eager"]
+    assert eager.compile_fresh_s is not None and lite.compile_fresh_s is None
+    assert lite.status == "ok" and "boom" in lite.note and lite.speedup > 0
 
 
 def test_child_argv_reproduces_the_settings():

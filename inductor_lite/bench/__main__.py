@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fresh-process", action="store_true",
         help="also time a warm compile in a new process from the filled disk caches (what a second run of a "
-        "script pays): the third compile column",
+        "script pays): the third compile column, the median of three new processes a backend, the backends "
+        "taking turns",
     )
     parser.add_argument(
         "--profile", action="store_true",

@@ -24,7 +24,8 @@ in pytorch/pytorch), reimplemented here:
   an empty on-disk cache; warm: the same cache directory after ``torch._dynamo.reset()``
   with the backend's in-memory caches cleared; with ``Settings.fresh_process``, also a
   warm start in a new process from the same cache directory (`fresh_start`), which is
-  what a user's second run pays. One compile each, so no spread.
+  what a user's second run pays. One cold and one warm compile each, so no spread; the
+  fresh start is the median of `FRESH_ROUNDS`, taken in rounds across the backends.
 
 A training iteration is ``zero_grad``, forward, mean cross-entropy loss, backward; the
 optimizer step is left out because it runs outside the compiled module.
@@ -39,6 +40,7 @@ import gc
 import json
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -492,6 +494,11 @@ def compile_and_run(work: Workload, backend: str) -> tuple[nn.Module, nn.Module,
     return module, compiled, out, seconds
 
 
+FRESH_ROUNDS = 3
+"""Fresh-process warm starts taken per backend: one new process's first call varies from
+the next by more than two compilers' warm starts differ, so the column is a median."""
+
+
 def fresh_process_first_call(work: Workload, backend: str, timeout_s: float = 1800) -> tuple[float, dict]:
     """Wall seconds of ``backend``'s first call of ``work``'s model in a new Python process
     (`fresh_start`), and the child's counters (``fresh_start``'s reply: ``counters``,
@@ -535,12 +542,11 @@ def _record_lite_counters(row: Result) -> None:
         row.note = f"{row.graph_fallbacks} graph(s) ran eagerly"
 
 
-def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, float, float | None]:
+def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, float]:
     """Fill ``row``'s accuracy and peak memory for ``backend`` (its speed is timed later,
-    with every contender: `_time_together`); returns the wall seconds of its cold, warm
-    and fresh-process warm first calls (the last None unless ``Settings.fresh_process``).
-    Raises whatever the backend raises. The caller holds ``backend``'s
-    `fresh_disk_cache` open."""
+    with every contender: `_time_together`); returns the wall seconds of its cold and
+    warm first calls. Raises whatever the backend raises. The caller holds
+    ``backend``'s `fresh_disk_cache` open."""
     settings, device = work.settings, work.device
     # Cold: an empty disk cache and nothing compiled in memory.
     reset_compiler(backend)
@@ -551,16 +557,6 @@ def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, 
     cold_first_s = compile_and_run(work, backend)[-1]
     if backend == "inductor_lite":
         _record_lite_counters(row)
-
-    fresh_first_s = None
-    if settings.fresh_process:
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()  # the child's model must fit beside this process's
-        try:
-            fresh_first_s = fresh_process_first_call(work, backend)[0]
-        except RuntimeError as error:  # an optional column: the row keeps its other numbers
-            row.note = "; ".join(filter(None, [row.note, str(error)[:300]]))
 
     # Warm: the disk cache the cold compile filled, in-memory state dropped again.
     reset_compiler(backend)
@@ -585,7 +581,29 @@ def _measure_backend(work: Workload, backend: str, row: Result) -> tuple[float, 
         row.memory_ratio = eager_peak / compiled_peak
 
     row.status = STATUS_OK
-    return cold_first_s, warm_first_s, fresh_first_s
+    return cold_first_s, warm_first_s
+
+
+def _fresh_starts(work: Workload, rows: list[Result]) -> dict[str, float]:
+    """Median wall seconds of `FRESH_ROUNDS` fresh-process first calls of each row's
+    backend, taken in rounds (each backend once a round) so that whatever else the
+    machine runs meanwhile falls on all of them alike. A backend whose child fails gets
+    no number, and the error in its row's note. The caller holds every backend's
+    `fresh_disk_cache` open."""
+    samples: dict[str, list[float]] = {row.backend: [] for row in rows}
+    for _ in range(FRESH_ROUNDS):
+        for row in rows:
+            if row.backend not in samples:
+                continue
+            gc.collect()
+            if work.device.type == "cuda":
+                torch.cuda.empty_cache()  # the child's model must fit beside this process's
+            try:
+                samples[row.backend].append(fresh_process_first_call(work, row.backend)[0])
+            except RuntimeError as error:  # an optional column: the row keeps its other numbers
+                row.note = "; ".join(filter(None, [row.note, str(error)[:300]]))
+                del samples[row.backend]
+    return {backend: statistics.median(seconds) for backend, seconds in samples.items()}
 
 
 def _time_together(work: Workload, rows: list[Result]) -> float:
@@ -711,6 +729,7 @@ def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> I
             finally:
                 cleanup(device)
         measured = [r for r in results if r.status == STATUS_OK]
+        fresh = _fresh_starts(work, measured) if settings.fresh_process else {}
         try:
             eager_s = _time_together(work, measured)
         except Exception as error:  # noqa: BLE001 - reported in every row it cost its timing
@@ -724,10 +743,10 @@ def measure_model(spec: ModelSpec, backends: list[str], settings: Settings) -> I
     for result in results:
         if result.backend in first_calls and eager_s is not None:
             # As the dynamo benchmarks do: the first call's time less one eager iteration.
-            cold_s, warm_s, fresh_s = first_calls[result.backend]
+            cold_s, warm_s = first_calls[result.backend]
             result.compile_cold_s, result.compile_warm_s = cold_s - eager_s, warm_s - eager_s
-            if fresh_s is not None:
-                result.compile_fresh_s = fresh_s - eager_s
+            if result.backend in fresh:
+                result.compile_fresh_s = fresh[result.backend] - eager_s
     yield from results
     del work
     cleanup(device)
