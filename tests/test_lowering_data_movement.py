@@ -151,6 +151,21 @@ def test_flip_roll_repeat_tile_stack(dtype):
                         x.tile((2,)), torch.stack([x, y, x], 1), torch.stack([x, y], -1)), x, y)
 
 
+def test_index_arithmetic_on_negative_dividends_is_floor_arithmetic():
+    """``flip`` after ``roll``, or after a transposed reshape, leaves indices such as
+    ``(-x0) % 6`` and ``(-x0) // 2`` (torch's ``FloorDiv`` takes the multiples of the
+    divisor out of ``(6 - x0)``): kernels divide as C does, and printed plainly these
+    read out of bounds or the wrong element. Also through a scan and a backward."""
+    x = rand(6, dtype=torch.int64)  # exact sums
+    check(lambda x: (x.roll(-1).flip(0) + 1, x.roll(5, 0).flip(0).cumsum(0), x.roll(-1).flip(0).sum()), x)
+    check(lambda x: x.t().reshape(12)[:7].flip(0) + 1, rand(3, 4))
+    a = rand(6).requires_grad_()
+    b = a.detach().clone().requires_grad_()
+    torch.compile(lambda t: t.cumsum(0).roll(1, 0), backend="inductor_lite")(a).backward(torch.arange(6.0))
+    b.cumsum(0).roll(1, 0).backward(torch.arange(6.0))
+    torch.testing.assert_close(a.grad, b.grad)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_copy_variants_of_views(dtype):
     def fn(x):

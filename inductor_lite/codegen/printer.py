@@ -1,8 +1,11 @@
 """Printing sympy index/size expressions as Python (wrapper) or DSL (kernel) source.
 
-Both targets share integer semantics on the non-negative values indices and sizes
-take: ``FloorDiv(a, b)`` prints as ``(a // b)``, ``ModularIndexing(a, b, c)`` as
-``((a // b) % c)``. Integer powers become products (the DSL has no ``**`` on
+``FloorDiv(a, b)`` prints as ``(a // b)``, ``ModularIndexing(a, b, c)`` as
+``((a // b) % c)``: floor semantics in Python. The DSL divides as C does (truncating,
+as Triton and PTX do), which agrees only on non-negative operands, so in kernels a
+dividend that sympy cannot prove non-negative (``(-x0) // 2``: torch's ``FloorDiv``
+takes multiples of the divisor out of ``(4 - x0) // 2`` by itself) gets the floor
+forms ``((a % b) + b) % b`` and ``(a - that) // b`` (divisors are positive). Integer powers become products (the DSL has no ``**`` on
 blocks); ``Min``/``Max`` print as ``min``/``max`` in Python and
 ``dl.minimum``/``dl.maximum`` in kernels.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import sympy
 from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
+from torch.utils._sympy.functions import FloorDiv
 
 
 class PythonPrinter(StrPrinter):
@@ -136,7 +140,28 @@ class _FloatPrinter(StrPrinter):
 
 
 class KernelPrinter(PythonPrinter):
-    """sympy -> DSL source: like Python, with ``dl.minimum``/``dl.maximum``."""
+    """sympy -> DSL source: like Python, with ``dl.minimum``/``dl.maximum``, and floor
+    division and modulo spelled out where a dividend may be negative."""
+
+    def _print_FloorDiv(self, expr) -> str:
+        a, b = expr.args
+        if a.is_nonnegative:
+            return super()._print_FloorDiv(expr)
+        a, b = self._paren(a), self._paren(b)
+        return f"(({a} - {self._floor_mod(a, b)}) // {b})"
+
+    _print_CleanDiv = _print_FloorDiv
+
+    def _print_ModularIndexing(self, expr) -> str:
+        x, div, mod = expr.args
+        if x.is_nonnegative:
+            return super()._print_ModularIndexing(expr)
+        inner = self._paren(x) if div == 1 else f"({self.doprint(FloorDiv(x, div))})"
+        return self._floor_mod(inner, self._paren(mod))
+
+    @staticmethod
+    def _floor_mod(a: str, b: str) -> str:
+        return f"((({a} % {b}) + {b}) % {b})"
 
     def _print_Min(self, expr) -> str:
         return self._nary("dl.minimum", expr.args)
