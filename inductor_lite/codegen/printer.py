@@ -5,9 +5,9 @@
 as Triton and PTX do), which agrees only on non-negative operands, so in kernels a
 dividend that sympy cannot prove non-negative (``(-x0) // 2``: torch's ``FloorDiv``
 takes multiples of the divisor out of ``(4 - x0) // 2`` by itself) gets the floor
-forms ``((a % b) + b) % b`` and ``(a - that) // b`` (divisors are positive). Integer powers become products (the DSL has no ``**`` on
-blocks); ``Min``/``Max`` print as ``min``/``max`` in Python and
-``dl.minimum``/``dl.maximum`` in kernels.
+forms ``((a % b) + b) % b`` and ``(a - that) // b`` (divisors are positive).
+Integer powers become products (the DSL has no ``**`` on blocks); ``Min``/``Max``
+print as ``min``/``max`` in Python and ``dl.minimum``/``dl.maximum`` in kernels.
 """
 
 from __future__ import annotations
