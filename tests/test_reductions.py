@@ -283,6 +283,15 @@ def test_integer_sums_are_exact(dtype, cols, tmp_path, unsplit):
     assert len(names) == 1 and names[0].startswith(kind(cols) + "_")
 
 
+def test_any_all_of_uint8_are_uint8_as_in_eager(tmp_path):
+    """Eager's ``any``/``all`` of a uint8 tensor are uint8 0 or 1, so ``~`` gives 255 or
+    254 (it gave 1, a bool's logical not); over one element too."""
+    x = torch.randint(0, 3, (4, 5), dtype=torch.uint8)
+    x[1] = 0
+    run_compiled(lambda x: (~x.all(0), x.any(1) * 200 + 100, x.any(1) - 1, x[:, :1].any(1) * 7), x,
+                 tmp_path=tmp_path)
+
+
 def test_full_sum_is_a_split_reduction(tmp_path):
     x = torch.randn(300, 300)
     names, _ = run_compiled(lambda x: x.sum(), x, tmp_path=tmp_path)

@@ -488,11 +488,16 @@ def _lower_std_mean(ctx, x, dim=None, unbiased=None, keepdim=False, *, correctio
 
 
 def _any_all(ctx, x, dim, keepdim, kind: str):
+    """Reduced in bool; eager's result is uint8 (0 or 1) for a uint8 input."""
     _check_sizes(x, dim)
     builder = ReductionBuilder(ctx, x, dim, keepdim, torch.bool)
     if _single_element(builder):
         return _keep_value(ctx, builder)
-    return builder.reduce(kind, torch.bool, ctx.val)
+    out_dtype = ctx.out_dtype
+    if out_dtype == torch.bool:
+        return builder.reduce(kind, torch.bool, ctx.val)
+    reduced = builder.reduce(kind, torch.bool)
+    return _with_node_origin(ctx, builder.pointwise(lambda v: cast(v, torch.bool, out_dtype), [reduced], out_dtype))
 
 
 @register_lowering(aten.any.default, aten.any.dim, aten.any.dims)
