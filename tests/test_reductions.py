@@ -283,6 +283,17 @@ def test_integer_sums_are_exact(dtype, cols, tmp_path, unsplit):
     assert len(names) == 1 and names[0].startswith(kind(cols) + "_")
 
 
+@pytest.mark.parametrize("cols", ALL_COLS)
+def test_welford_of_values_made_in_the_kernel(cols, tmp_path, unsplit):
+    """``log`` of the 0 a masked-off lane loads is -inf: weighing nothing, it still made
+    the Welford merge's ``inf * 0`` NaN for every row not a power of two long."""
+    x = torch.rand(3, cols + 1) + 0.5  # never a power of two
+    w = torch.randn(cols + 1)
+    names, _ = run_compiled(lambda x, w: (x.log().var(-1), torch.var_mean(1 / x, -1),
+                                          F.layer_norm(x.log(), (cols + 1,), w)), x, w, tmp_path=tmp_path)
+    assert names
+
+
 def test_any_all_of_uint8_are_uint8_as_in_eager(tmp_path):
     """Eager's ``any``/``all`` of a uint8 tensor are uint8 0 or 1, so ``~`` gives 255 or
     254 (it gave 1, a bool's logical not); over one element too."""

@@ -571,8 +571,11 @@ class KernelCodegen(OpsHandler):
     def _persistent_reduction(self, dtype, reduction_type, value) -> tuple[CSEVar, ...]:
         axis = self.axis
         if reduction_type == "welford_reduce":
+            # Masked-off lanes weigh nothing, but their value must be finite too: the merge
+            # multiplies a difference by a weight ratio, and inf * 0 is NaN (a log or a
+            # division of the 0 a masked load gives).
             weight = "rmask" if self.has_rmask else "1.0"
-            full = self._emit(f"dl.broadcast_to({self._typed(value)}, {self._r_shape()})", value.dtype)
+            full = self._masked_value(value, 0.0)
             names = [CSEVar(f"tmp{next(self._tmp_ids)}", dtype) for _ in range(3)]
             self.scope.lines.append(f"{', '.join(map(str, names))} = "
                                     f"dl.welford({full}, 0.0, {weight}, {axis}, keep_dims=True)")
@@ -607,7 +610,7 @@ class KernelCodegen(OpsHandler):
         if reduction_type == "welford_reduce":
             mean, m2, weight = (self._accumulator("0.0", dtype) for _ in range(3))
             loop.lines.append(f"{mean}, {m2}, {weight} = dl.welford_combine({mean}, {m2}, {weight}, "
-                              f"{value}, 0.0, rmask)")
+                              f"dl.where(rmask, {value}, 0.0), 0.0, rmask)")  # finite, as above
             final = f"dl.welford({mean}, {m2}, {weight}, {axis}, keep_dims=True)"
             loop.pending.append(lambda: outer.lines.append(f"{', '.join(map(str, results))} = {final}"))
             return results
