@@ -34,7 +34,7 @@ channels-last input keeps it too: whether the output follows depends on the back
 picked at run time (``torch.backends.cudnn.enabled``).
 
 An output that may share an input's storage keeps that storage alive: the wrapper
-never hands it on while the output lives. The schema's alias annotations are not
+never hands the storage of such an extern's inputs on. The schema's alias annotations are not
 enough to know it. ``aten.dequantize.self`` returns a float input itself and
 ``_c10d_functional.wait_tensor`` returns its input, neither annotated; the first is
 caught by its fake run, which returns the input too (the graph passes keep such a
@@ -99,14 +99,14 @@ fake run says so (by name: the legacy namespace is registered only when
 ``torch.distributed`` is imported)."""
 
 
-def may_alias_inputs(op: Any, input_vals: Sequence[Any], output_vals: Sequence[Any]) -> bool:
+def may_alias_inputs(op: Any, input_vals: Any, output_vals: Any) -> bool:
     """Whether an output of extern ``op`` may share storage with one of its inputs.
 
     Args:
         op: the extern's op (an ``OpOverload``; anything without a schema is assumed to alias).
-        input_vals: the ``meta["val"]`` of the call's FX input nodes (fake tensors and
-            anything else, which is ignored; pytrees are flattened by the caller).
-        output_vals: the fake tensors of its result.
+        input_vals: the ``meta["val"]`` of the call's FX input nodes, a pytree of fake
+            tensors and anything else (ignored).
+        output_vals: the node's own ``meta["val"]``, likewise.
 
     Returns:
         True when the schema marks a result with an alias set (a view op), when the op

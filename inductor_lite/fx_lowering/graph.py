@@ -398,8 +398,7 @@ class GraphLowering(torch.fx.Interpreter):
         origins = {node.name: op_short_name(target)}
         self.extern_ops.append(str(target))
         log_artifact("fallbacks", f"extern {target} for {node.name} ({reason})")
-        aliases = may_alias_inputs(target, pytree.tree_leaves([n.meta.get("val") for n in node.all_input_nodes]),
-                                   pytree.tree_leaves(val))
+        aliases = may_alias_inputs(target, [n.meta.get("val") for n in node.all_input_nodes], val)
         if isinstance(val, torch.Tensor):
             buffer = ExternKernel(self.new_name(), _layout_of(val), target, args, kwargs, origins,
                                   val.storage_offset())
