@@ -20,6 +20,8 @@ PATTERNS = {
     "permute_021": (lambda x: x.permute(0, 2, 1).contiguous() * 2, [(3, 40, 24)]),
     "permute_201": (lambda x: x.permute(2, 0, 1) + 1, [(17, 33, 20)]),
     "to_channels_last": (lambda x: x.contiguous(memory_format=torch.channels_last).relu(), [(2, 20, 9, 7)]),
+    "conv_weight_to_channels_last": (lambda w: w.contiguous(memory_format=torch.channels_last) * 2,
+                                     [(24, 20, 3, 3)]),
     "size_one_dim": (lambda x: x.permute(2, 1, 0).contiguous() - 1, [(30, 1, 40)]),
     "permuted_layout_op": (lambda x: x.transpose(-1, -2) * 2, [(3, 40, 24)]),  # the output keeps the layout
     "permuted_layout_cast": (lambda x: x.transpose(-1, -2).to(torch.float64), [(3, 40, 24)]),
@@ -45,6 +47,10 @@ def test_tiling_follows_the_strides():
     assert _tiling(lambda x: x + 1, (64, 128)) is None
     assert _tiling(lambda x, b: x + b, (64, 128), (128,)) is None
     assert _tiling(lambda x, b: x + b, (64, 300), (300,)) is None
+    # a 3x3 convolution weight to channels-last: rows of 9 read contiguously, each of the
+    # 9 taps written contiguously over the input channels
+    assert _tiling(lambda w: w.contiguous(memory_format=torch.channels_last) * 1,
+                   (64, 32, 3, 3)) == Tiling(2048, 9, transposed=True)
     # a side shorter than a useful tile stays 1-D
     assert _tiling(lambda x: x.t().contiguous() + 1, (4, 4096)) is None
 

@@ -20,8 +20,8 @@ which reach 86-100% of copy bandwidth on H100 and H200 (see `docs/performance.md
   values a thread), half inputs twice the elements a thread;
 - looped reductions: 4096-element chunks over 8 warps, one row a program;
 - outer reductions (the reduced dimension is not the contiguous one; ``reduction
-  axis 0``): tiles of 64 contiguous outputs by 8 to 64 reduced elements, 4 or 8 warps;
-  with few outputs, also 8 or 16 outputs by 128 or 256 reduced elements;
+  axis 0``): tiles of 64 contiguous outputs by 8 to 64 reduced elements, 4 or 8 warps,
+  and narrow tiles of 8 or 16 outputs by 128 or 256 reduced elements;
 - mix-order reductions: the persistent ones, with ``XBLOCK`` dividing the rows a
   program sums for its column partials.
 """
@@ -256,11 +256,6 @@ def _streamed_rows(rblock: int, element_size: int) -> list[Config]:
     return options
 
 
-FEW_OUTPUTS = 16384
-"""An outer reduction with fewer outputs than this runs under 256 tiles of 64 outputs:
-fewer than two programs an SM of an H100 or H200 (132 SMs)."""
-
-
 def reduction(numel, rnumel, element_size: int, reduction_axis: int = 1) -> list[Config]:
     """Candidates of a looped reduction: ``reduction_axis == 1`` (rows contiguous): one
     row a program in chunks of ``RBLOCK``; ``reduction_axis == 0`` (outer reduction,
@@ -278,10 +273,11 @@ def reduction(numel, rnumel, element_size: int, reduction_axis: int = 1) -> list
 
     if reduction_axis == 0:
         configs = [make(64, 32, 8), make(64, 8, 4), make(32, 64, 8), make(128, 16, 8), make(64, 64, 8)]
-        if n is not None and n < FEW_OUTPUTS:
-            # few tiles of 64: narrower ones spread the rows over more SMs (a split
-            # reduction's final stage: 1024 outputs over 1024 partial rows)
-            configs += [make(16, 128, 4), make(8, 256, 4), make(16, 256, 8)]
+        # narrow tiles that cover a short reduction (a conv net's mean over H*W of a
+        # channels-last activation) in one or two chunks: a few loads a thread in flight
+        # at once, where a wide tile walks the rows in many dependent chunks; and with few
+        # outputs they spread the rows over more SMs (a split reduction's final stage)
+        configs += [make(16, 128, 4), make(8, 256, 4), make(16, 256, 8)]
         return _unique(configs)
     return _unique([make(1, 4096, 8), make(1, 2048, 8), make(1, 1024, 4), make(1, 4096, 16), make(2, 2048, 8)])
 

@@ -43,8 +43,11 @@ from .dependencies import FLAT, Placement
 YFLAT = index_var("yindex")
 """The y index symbol of a tiled kernel: the tile row, ``flat // xnumel``."""
 
-MIN_TILE_DIM = 16
-"""A static side shorter than this is not tiled: most of a tile's lanes would be masked."""
+MIN_TILE_DIM = 8
+"""A static side shorter than this is not tiled: most of a tile's lanes would be masked,
+or its rows would be too short to coalesce. 8 admits a 3x3 convolution weight's copy to
+channels-last (``[C_out, C_in, 9] -> [C_out, 9, C_in]``, a side of 9 in tiles 16 wide),
+whose 1-D kernel writes every element a row of ``C_in`` apart."""
 
 
 @dataclasses.dataclass(frozen=True)
