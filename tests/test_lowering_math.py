@@ -550,3 +550,48 @@ def test_round_decimals_of_16_bit_types_on_cuda_rounds_as_eager_cuda(decimals, d
     expected = (torch.round(first) * p if decimals < 0 else torch.round(first) / p).to(dtype)
     assert not torch.equal(expected, torch.round(x, decimals=decimals))  # the inputs tell the two apart
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+_U8 = [0, 1, 2, 127, 128, 200, 253, 255]
+INT_SCALAR_CASES = {
+    # eager casts a Python int operand to the op's integer dtype, wrapping it: -3 as uint8 is 253
+    "u8 // -3": (lambda t: t // -3, torch.uint8),
+    "u8 % -3": (lambda t: t % -3, torch.uint8),
+    "fmod(u8, -3)": (lambda t: torch.fmod(t, -3), torch.uint8),
+    "div(u8, -3, trunc)": (lambda t: torch.div(t, -3, rounding_mode="trunc"), torch.uint8),
+    "u8 < -1": (lambda t: t < -1, torch.uint8),
+    "clamp(u8, min=-1)": (lambda t: torch.clamp(t, min=-1), torch.uint8),
+    "i8 < 200": (lambda t: t < 200, torch.int8),
+    "i8 + 300": (lambda t: t + 300, torch.int8),
+    "i32 < 2**33 + 5": (lambda t: t < 2**33 + 5, torch.int32),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INT_SCALAR_CASES))
+def test_int_scalars_wrap_to_the_tensor_dtype(name):
+    fn, dtype = INT_SCALAR_CASES[name]
+    t = torch.tensor(_U8, dtype=torch.uint8).to(dtype)
+    assert_identical(compile_and_run(fn, t), fn(t))
+
+
+LOW_PRECISION_SCALAR_CASES = {
+    # comparisons, fmod and remainder round a float scalar (or a 0-dim fp32 tensor) to the
+    # tensor's dtype first, in eager on CPU and CUDA: x == 0.1 holds for the bf16 value of 0.1
+    "x == 0.1": lambda x: x == 0.1,
+    "x != 0.1": lambda x: x != 0.1,
+    "x <= 0.1": lambda x: x <= 0.1,
+    "x > 0.3": lambda x: x > 0.3,
+    "x == tensor(0.1)": lambda x: x == torch.tensor(0.1),
+    "x < tensor(0.3)": lambda x: x < torch.tensor(0.3),
+    "fmod(x, 0.3)": lambda x: torch.fmod(x, 0.3),
+    "remainder(x, 0.3)": lambda x: torch.remainder(x, 0.3),
+    "remainder(x, tensor(0.3))": lambda x: torch.remainder(x, torch.tensor(0.3)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", sorted(LOW_PRECISION_SCALAR_CASES))
+def test_low_precision_scalars_round_as_eager(name, dtype):
+    fn = LOW_PRECISION_SCALAR_CASES[name]
+    x = torch.cat([torch.tensor([0.1, 0.3, -0.3, 0.6, 7.53125, 2.1]), torch.randn(64) * 3]).to(dtype)
+    assert_identical(compile_and_run(fn, x), fn(x))

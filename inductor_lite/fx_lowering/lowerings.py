@@ -159,13 +159,24 @@ def promote(kind: Kind, *operands) -> tuple[torch.dtype, torch.dtype]:
     return elementwise_dtypes(*[_stand_in(x) for x in operands], type_promotion_kind=kind)
 
 
+def wrap_int(value: int, dtype: torch.dtype) -> int:
+    """``value`` cast to the integer ``dtype`` as C and eager cast it: modulo
+    ``2**bits``, two's complement for signed types (``-3`` as uint8 is 253, ``200`` as
+    int8 is -56). Eager casts a Python int operand to the op's integer dtype this way
+    (TensorIterator's common dtype), so ``u8 < -1`` compares with 255."""
+    bits = dtype.itemsize * 8
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if dtype.is_signed and value >= 1 << (bits - 1) else value
+
+
 def const(value, dtype: torch.dtype):
-    """``ops.constant`` with ``value`` converted to ``dtype``'s Python type."""
+    """``ops.constant`` with ``value`` converted to ``dtype``'s Python type (an int
+    wrapped into an integer dtype's range, `wrap_int`)."""
     if dtype == torch.bool:
         return ops.constant(bool(value), dtype)
     if dtype.is_floating_point:
         return ops.constant(float(value), dtype)
-    return ops.constant(int(value), dtype)
+    return ops.constant(wrap_int(int(value), dtype), dtype)
 
 
 def cast(value, src: torch.dtype, dst: torch.dtype):
@@ -231,17 +242,42 @@ def symbolic_float(expr: Expr):
     raise ValueError(f"symbolic float {expr}: {type(expr).__name__} has no ops form")
 
 
+LOW_PRECISION_FLOATS = (torch.float16, torch.bfloat16)
+
+
+def _round_scalar_operand(x: Any, size: Sequence[Expr], common: torch.dtype,
+                          compute: torch.dtype) -> Callable[[Sequence[Expr]], Any]:
+    """The loader (in ``compute``) of operand ``x`` of an op whose operands eager first
+    casts to their ``common`` dtype (fp16 or bf16): a number is rounded here, a 0-dim
+    tensor of a wider dtype is rounded per element."""
+    if isinstance(x, (float, int, sympy.Number)) and not isinstance(x, bool):
+        return loader(float(torch.tensor(float(x), dtype=common)), size, compute)
+    load = loader(x, size, compute)
+    if isinstance(x, IRNode) and x.get_dtype().itemsize > common.itemsize:
+        return lambda index: ops.round_to_dtype(load(index), common)
+    return load
+
+
 def make_pointwise(ctx: LoweringContext, operands: Sequence[Any], fn: Callable[..., Any],
-                   kind: Kind = Kind.DEFAULT) -> StorageBox:
+                   kind: Kind = Kind.DEFAULT, round_scalars: bool = False) -> StorageBox:
     """Elementwise ``fn(dtype, *values)`` over broadcast ``operands``.
 
     ``fn`` receives the operands converted to the computation dtype and returns a
     value of that dtype (bool for ``ALWAYS_BOOL`` ops); the result is converted to
-    the node's output dtype.
+    the node's output dtype. Kernels keep fp16/bf16 values in fp32 (the stored result
+    alone is rounded), so a Python float or 0-dim fp32 operand of an fp16/bf16 op keeps
+    its fp32 value, as eager's add, mul and div (which read it in fp32) do;
+    ``round_scalars=True`` rounds such operands to the operands' common dtype first, as eager's
+    comparisons, ``fmod`` and ``remainder`` do on CPU and CUDA (``x == 0.1`` is True for
+    the bf16 value of 0.1).
     """
     compute, _ = promote(kind, *operands)
     out_dtype, size = ctx.out_dtype, ctx.out_size
-    loaders = [loader(x, size, compute) for x in operands]
+    common = promote(Kind.DEFAULT, *operands)[1]
+    if round_scalars and common in LOW_PRECISION_FLOATS:
+        loaders = [_round_scalar_operand(x, size, common, compute) for x in operands]
+    else:
+        loaders = [loader(x, size, compute) for x in operands]
     fn_dtype = torch.bool if kind == Kind.ALWAYS_BOOL else compute
 
     def inner_fn(index):
@@ -250,17 +286,19 @@ def make_pointwise(ctx: LoweringContext, operands: Sequence[Any], fn: Callable[.
     return ctx.pointwise(inner_fn, operands)
 
 
-def register_pointwise(targets, fn: Callable[..., Any], kind: Kind = Kind.DEFAULT, nargs: Optional[int] = None):
+def register_pointwise(targets, fn: Callable[..., Any], kind: Kind = Kind.DEFAULT, nargs: Optional[int] = None,
+                       round_scalars: bool = False):
     """Register ``fn(dtype, *values)`` as the lowering of elementwise ``targets``.
 
-    The first ``nargs`` positional arguments (all when None) are the operands.
+    The first ``nargs`` positional arguments (all when None) are the operands;
+    ``round_scalars`` as in `make_pointwise`.
     """
 
     def lowering(ctx, *args, **kwargs):
         if kwargs:
             raise NoLowering(f"unexpected keyword arguments {sorted(kwargs)}")
         operands = args if nargs is None else args[:nargs]
-        return make_pointwise(ctx, operands, fn, kind)
+        return make_pointwise(ctx, operands, fn, kind, round_scalars)
 
     register_lowering(*targets)(lowering)
     return lowering
