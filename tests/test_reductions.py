@@ -316,6 +316,21 @@ def test_column_sum_is_an_outer_split_reduction(dtype, tmp_path):
     assert len(names) == 2 and all(not n.startswith("poi_") for n in names), names
 
 
+def test_channels_last_mean_is_outer_with_dynamic_shapes(tmp_path, monkeypatch):
+    """A mean over H*W of a channels-last tensor reduces along a stride of C: an outer
+    reduction (contiguous outputs), with symbolic sizes too, where the stride along the
+    outputs at the origin is ``1 % C``, decided at the shape environment's example sizes."""
+    from inductor_lite.codegen import kernel
+
+    axes = []
+    original = kernel.reduction_axis
+    monkeypatch.setattr(kernel, "reduction_axis", lambda group: axes.append(original(group)) or axes[-1])
+    for n, c in [(2, 24), (3, 40)]:
+        x = randn(n, c, 9, 7).contiguous(memory_format=torch.channels_last)
+        run_compiled(lambda x: x.mean((2, 3)), x, tmp_path=tmp_path, dynamic=True)
+    assert axes and set(axes) == {0}, axes
+
+
 @pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
 def test_few_channel_statistics_are_a_split_welford(layout, tmp_path):
     """Batch norm's statistics over few channels and long rows (strided in channels-last,

@@ -83,7 +83,9 @@ import torch
 from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt, ModularIndexing, RoundToInt, TruncToInt
 
 from ..config import config
-from ..ir.indexing import Expr, abs_bound, is_power_of_2, known_leq, max_value, simplify_index, storage_length
+from ..ir.indexing import (
+    Expr, abs_bound, is_power_of_2, known_leq, max_value, shape_env_values, simplify_index, storage_length,
+)
 from ..ir.nodes import Layout, Reduction, Scan, ScatterBuffer, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
 from ..scheduler.dependencies import FLAT, RFLAT
@@ -978,22 +980,25 @@ def kernel_name(group: KernelGroup, index: int, persistent: bool) -> str:
 def reduction_axis(group: KernelGroup) -> int:
     """0 when the group's largest read from memory runs along the outputs' contiguous
     dimension (an *outer* reduction: stride 1 along ``xindex``, a larger one along
-    ``rindex``), else 1. Decided from the MemoryDep index expressions' stride hints.
-    A group with a scan: 1."""
+    ``rindex``), else 1. Decided from the MemoryDep index expressions' stride hints,
+    with size symbols at the shape environment's example values (a channels-last mean
+    over ``H*W`` under dynamic shapes is outer too: its stride along ``xindex`` at the
+    origin, ``1 % C``, is 1 for every ``C > 1``). A group with a scan: 1."""
     best, axis = None, 1
     if any(isinstance(n.node.data, Scan) for n in group.nodes):
         return 1  # the DSL scans along the tile's axis 1
     written = group.writes()
+    hints = shape_env_values()
     for node in group.nodes:
         rw = node.read_writes
         placement = rw.placement(group.numel, group.rnumel)
         for dep in rw.reads:
             if dep.name in written:
                 continue
-            index = dep.kernel_index(placement, group.numel, group.rnumel)
+            index = dep.kernel_index(placement, group.numel, group.rnumel).xreplace(hints)
             x_stride = stride_hint(index, FLAT, (RFLAT,))
             r_stride = stride_hint(index, RFLAT, (FLAT,))
-            size = _static_size(dep.numel())
+            size = _static_size(sympy.sympify(dep.numel()).xreplace(hints))
             if best is None or size > best:
                 best = size
                 axis = 0 if x_stride == 1 and r_stride not in (None, 0, 1) else 1

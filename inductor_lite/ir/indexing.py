@@ -79,13 +79,20 @@ def storage_length(size: Sequence[Expr], stride: Sequence[Expr]) -> Expr:
     return sympy.expand(1 + sum((s - 1) * st for s, st in zip(size, stride)))
 
 
+def shape_env_values() -> dict:
+    """Size symbol -> its example value in the shape environment being compiled for
+    (empty outside a compile)."""
+    shape_env = getattr(torch._guards.detect_fake_mode(), "shape_env", None)
+    # torch 2.13 renamed ShapeEnv.var_to_val (2.11) to backed_var_to_val
+    return dict(getattr(shape_env, "backed_var_to_val" if hasattr(shape_env, "backed_var_to_val") else "var_to_val",
+                        {}))
+
+
 def shape_env_size_hint() -> Callable[[Expr], int]:
     """An int for a size expression, for memory estimates: size symbols at the example
     values of the shape environment being compiled for (0 for a size with no known
     value, or outside a compile)."""
-    shape_env = getattr(torch._guards.detect_fake_mode(), "shape_env", None)
-    # torch 2.13 renamed ShapeEnv.var_to_val (2.11) to backed_var_to_val
-    values = getattr(shape_env, "backed_var_to_val" if hasattr(shape_env, "backed_var_to_val") else "var_to_val", {})
+    values = shape_env_values()
 
     def hint(expr: Expr) -> int:
         expr = sympy.sympify(expr).xreplace(values)
