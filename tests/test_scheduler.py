@@ -105,6 +105,20 @@ def test_simplify_index_joins_split_dimensions():
     assert simplify_index(ModularIndexing(8 * x + 3, 1, 4), {x: 24}) == 3
 
 
+def test_simplify_index_drops_digits_below_a_dividing_coefficient():
+    """``(a + k*b) // (k*m)`` is ``b // m`` for ``0 <= a < k`` (a tile row of length k):
+    a 3x3 weight's tiled copy to channels-last divides ``yindex`` alone."""
+    x, y = FLAT, i0
+    assert simplify_index(FloorDiv(x + 9 * y, 4608), {x: 9, y: 10**5}) == FloorDiv(y, 512)
+    assert simplify_index(ModularIndexing(x + 9 * y, 9, 512), {x: 9, y: 10**5}) == ModularIndexing(y, 1, 512)
+    assert simplify_index(ModularIndexing(x + 3136 * y, 3136, 64), {x: 3136, y: 100}) == ModularIndexing(y, 1, 64)
+    # a may reach k, or be negative: kept
+    assert simplify_index(FloorDiv(x + 9 * y, 4608), {x: 10, y: 10**5}) == FloorDiv(x + 9 * y, 4608)
+    assert simplify_index(FloorDiv(8 - x + 9 * y, 4608), {x: 9, y: 10**5}).has(x)
+    for a, b in [(0, 0), (8, 511), (8, 512), (3, 4607), (5, 99999)]:
+        assert simplify_index(FloorDiv(x + 9 * y, 4608), {x: 9, y: 10**5}).subs({x: a, y: b}) == (a + 9 * b) // 4608
+
+
 def test_upper_bound():
     assert upper_bound(6 * i0 + i1, {i0: 4, i1: 6}) == 24
     assert upper_bound(i0 - 1, {i0: 4}) is None

@@ -243,6 +243,29 @@ def join_dimensions(expr: Expr) -> Expr:
     return expr
 
 
+def _drop_small_part(base: Expr, div: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Optional[tuple[Expr, Expr]]:
+    """``(b, div / k)`` when ``base`` is ``a + k*b`` with ``k`` dividing ``div`` and
+    ``0 <= a < k``, so that ``base // div == b // (div / k)`` (the digits below ``k``
+    cannot carry into the quotient); else None. A tile of a 2-D kernel whose x side is
+    ``k`` long addresses ``xindex + k*yindex``: its divisions by multiples of ``k``
+    become divisions of ``yindex`` alone, once a tile row, and the access's contiguity
+    along ``yindex`` shows."""
+    terms = sympy.Add.make_args(base)
+    coefficients = {abs(t.as_coeff_Mul()[0]) for t in terms}
+    for k in sorted((c for c in coefficients if c.is_Integer and c > 1), reverse=True):
+        if not _divides(div, k):
+            continue
+        small_terms = [t for t in terms if not _divides(t, k)]
+        if not small_terms or any(t.as_coeff_Mul()[0] < 0 for t in small_terms):
+            continue  # a needs a proof of 0 <= a: terms of positive coefficients (bounded below)
+        small = sympy.Add(*small_terms)
+        bound = upper_bound(small, var_ranges)
+        if bound is not None and known_leq(bound, k):
+            big = sympy.Add(*[sympy.cancel(t / k) for t in terms if _divides(t, k)])
+            return big, sympy.cancel(div / k)
+    return None
+
+
 def _simplify_divmod(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
     def visit_floordiv(base, div):
         base = _simplify_divmod(sympy.expand(base), var_ranges)
@@ -254,6 +277,9 @@ def _simplify_divmod(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Exp
         bound = upper_bound(rest, var_ranges)
         if rest == 0 or (bound is not None and known_leq(bound, div)):
             return out
+        dropped = _drop_small_part(rest, div, var_ranges)
+        if dropped is not None:
+            return out + visit_floordiv(*dropped)
         return out + FloorDiv(rest, div)
 
     def visit_modindex(base, div, mod):
@@ -265,6 +291,9 @@ def _simplify_divmod(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Exp
         bound = upper_bound(rest, var_ranges)
         if bound is not None and known_leq(bound, div * mod):
             return visit_floordiv(rest, div)
+        dropped = _drop_small_part(rest, div, var_ranges)
+        if dropped is not None:
+            return visit_modindex(dropped[0], dropped[1], mod)
         return ModularIndexing(rest, div, mod)
 
     if not expr.has(FloorDiv, ModularIndexing):
