@@ -619,7 +619,7 @@ class KernelCodegen(OpsHandler):
         identity = literal(reduction_identity(reduction_type, dtype), dtype)
         if reduction_type in ("argmax", "argmin"):
             best = self._accumulator(identity, dtype)
-            best_index = self._accumulator("0", torch.int32)
+            best_index = self._accumulator("0", self.index_dtype)  # rindex: past 2**31 in a long row
             op = ">" if reduction_type == "argmax" else "<"
             better = f"({value} {op} {best})"
             if dtype.is_floating_point:  # NaN beats everything but NaN
