@@ -203,3 +203,31 @@ def test_padding_flip_roll_dynamic_shapes():
     for n in (6, 9):
         x = torch.randn(2, n)
         torch.testing.assert_close(fn(x), F.pad(torch.roll(x.flip(-1), 3, -1), (2, 1), mode="reflect"))
+
+
+def test_negative_roll_dynamic_shapes():
+    """``roll`` by a negative shift under dynamic shapes indexes with ``Mod(i - 3, n)``,
+    whose dividend may be negative: floor modulo, not C's (it read out of bounds), and so
+    does the backward of a positive roll."""
+    fn = torch.compile(lambda x: x.roll(-3, 0) * 2, backend="inductor_lite", dynamic=True)
+    for n in (7, 5, 11):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(fn(x), x.roll(-3, 0) * 2, rtol=0, atol=0)
+    x = torch.randn(6, 3, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    torch.compile(lambda x: x.roll(1, 0).exp(), backend="inductor_lite", dynamic=True)(x).sum().backward()
+    x_ref.roll(1, 0).exp().sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def test_broadcast_of_a_symbolic_size_that_is_one():
+    """Under dynamic shapes a size can be 1 without being the literal 1 (a diagonal of
+    ``Min(1, s0 - 1)`` elements): broadcast against a longer operand, it must read its
+    one element, not index past it (it gave [20, 80] for [20, 40])."""
+    def f(x, y):
+        return x.reshape(-1).unfold(0, 1, 1).diagonal(1, 1, 0) * y
+
+    fn = torch.compile(f, backend="inductor_lite", dynamic=True)
+    for n, m in [(5, 1), (6, 2), (7, 3)]:
+        x, y = torch.arange(float(n)).view(n, 1) + 1, torch.arange(m) * 10.0 + 10
+        torch.testing.assert_close(fn(x, y), f(x, y), rtol=0, atol=0)

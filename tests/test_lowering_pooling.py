@@ -384,3 +384,11 @@ def test_pooling_kernels_compile_to_ptx(device, monkeypatch):
         ir_fn = kernel.build_ir(kernel.specialize(args, constexprs))
         for cc in ((8, 0), (9, 0)):
             assembler.check_ptx_assembles(compiler.compile_ptx(ir_fn, cc=cc, num_warps=num_warps).ptx, cc)
+
+
+def test_pool_backward_with_a_constant_index():
+    """A ceil-mode pool whose windows make an index expression constant in the backward
+    kernel (it emitted ``(0).to(dl.int64)``)."""
+    check(lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True), randn(1, 2, 2, 5))
+    check(lambda x: F.avg_pool2d(x, (4, 1), ceil_mode=True, count_include_pad=False),
+          randn(2, 3, 2, 9, layout="channels_last"))

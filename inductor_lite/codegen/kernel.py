@@ -702,6 +702,9 @@ class KernelCodegen(OpsHandler):
 
     def index_expr(self, expr: Expr, dtype: torch.dtype) -> CSEVar:
         expr = sympy.sympify(expr)
+        if not expr.is_number:
+            simplified = self.simplify(expr)  # the kernel's ranges may make it a number
+            expr = simplified if simplified.is_number else expr
         if expr.is_number:
             return self.constant(int(expr), dtype)
         text = f"({self.index_str(expr)})"

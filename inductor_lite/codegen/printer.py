@@ -159,6 +159,14 @@ class KernelPrinter(PythonPrinter):
         inner = self._paren(x) if div == 1 else f"({self.doprint(FloorDiv(x, div))})"
         return self._floor_mod(inner, self._paren(mod))
 
+    def _print_PythonMod(self, expr) -> str:
+        a, b = expr.args
+        if a.is_nonnegative:
+            return super()._print_PythonMod(expr)
+        return self._floor_mod(self._paren(a), self._paren(b))
+
+    _print_Mod = _print_PythonMod
+
     @staticmethod
     def _floor_mod(a: str, b: str) -> str:
         return f"((({a} % {b}) + {b}) % {b})"

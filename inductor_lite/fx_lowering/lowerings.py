@@ -32,7 +32,7 @@ from torch._prims_common import elementwise_dtypes
 
 from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, ToFloat
 
-from ..ir.indexing import Expr, as_expr
+from ..ir.indexing import Expr, as_expr, known_equal, shape_env_values
 from ..ir.nodes import GenericView, IRNode, Pointwise, StorageBox
 from ..ir.ops import ops
 
@@ -183,12 +183,36 @@ def cast(value, src: torch.dtype, dst: torch.dtype):
     return value if src == dst else ops.to_dtype(value, dst)
 
 
+def is_broadcast(in_size: Expr, out_size: Expr) -> bool:
+    """Whether a dimension of ``in_size`` broadcast to ``out_size`` (torch has checked
+    that the two are equal or ``in_size`` is 1) is a broadcast one. A symbolic size that
+    is 1 without being the literal 1 (``Min(1, s0 - 1)``, ``(-s0)//2 + 3``) is told
+    from an equal one by the shape environment's example sizes, on which torch's
+    broadcast check guarded the graph.
+
+    Raises:
+        ValueError: the sizes are neither provably equal nor equal or 1 at the example sizes.
+    """
+    if in_size == 1:
+        return True
+    if known_equal(in_size, out_size):
+        return False
+    hints = shape_env_values()
+    a, b = (sympy.sympify(x).xreplace(hints) for x in (in_size, out_size))
+    if a == 1:
+        return True
+    if a.is_number and b.is_number and a == b:
+        return False
+    raise ValueError(f"cannot broadcast a dimension of size {in_size} to {out_size}")
+
+
 def broadcast_index(index: Sequence[Expr], in_size: Sequence[Expr], out_size: Sequence[Expr]) -> list[Expr]:
     """Index into an input of ``in_size`` broadcast (numpy rules) to ``out_size``."""
     offset = len(out_size) - len(in_size)
     if offset < 0:
         raise ValueError(f"cannot broadcast size {list(in_size)} to {list(out_size)}")
-    return [sympy.Integer(0) if in_size[d] == 1 else index[offset + d] for d in range(len(in_size))]
+    return [sympy.Integer(0) if is_broadcast(in_size[d], out_size[offset + d]) else index[offset + d]
+            for d in range(len(in_size))]
 
 
 def loader(x: Any, out_size: Sequence[Expr], dtype: torch.dtype) -> Callable[[Sequence[Expr]], Any]:
