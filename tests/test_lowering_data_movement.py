@@ -231,3 +231,14 @@ def test_broadcast_of_a_symbolic_size_that_is_one():
     for n, m in [(5, 1), (6, 2), (7, 3)]:
         x, y = torch.arange(float(n)).view(n, 1) + 1, torch.arange(m) * 10.0 + 10
         torch.testing.assert_close(fn(x, y), f(x, y), rtol=0, atol=0)
+
+
+def test_cat_of_a_broadcast_sum_dynamic_shapes():
+    """A tiled ``cat`` under dynamic shapes picks its input by ``(s1*yindex + xindex) //
+    (s0*s1)``: simplified to ``yindex // s0`` (``xindex < s1``), masked-off lanes past the
+    row no longer select the other input and load out of bounds."""
+    fn = torch.compile(lambda x, y: torch.cat([(x + y)[3:], (x + y)[:3]], 0), backend="inductor_lite",
+                       dynamic=True)
+    for n in (6, 4, 7):
+        x, y = torch.randn(n, 2, 3), torch.randn(n, 2, 1)
+        torch.testing.assert_close(fn(x, y), torch.cat([(x + y)[3:], (x + y)[:3]], 0))

@@ -112,6 +112,8 @@ def test_simplify_index_drops_digits_below_a_dividing_coefficient():
     assert simplify_index(FloorDiv(x + 9 * y, 4608), {x: 9, y: 10**5}) == FloorDiv(y, 512)
     assert simplify_index(ModularIndexing(x + 9 * y, 9, 512), {x: 9, y: 10**5}) == ModularIndexing(y, 1, 512)
     assert simplify_index(ModularIndexing(x + 3136 * y, 3136, 64), {x: 3136, y: 100}) == ModularIndexing(y, 1, 64)
+    s0, s1 = (sympy.Symbol(n, integer=True, positive=True) for n in ("s0", "s1"))
+    assert simplify_index(FloorDiv(s1 * y + x, s0 * s1), {x: s1, y: 100}) == FloorDiv(y, s0)
     # a may reach k, or be negative: kept
     assert simplify_index(FloorDiv(x + 9 * y, 4608), {x: 10, y: 10**5}) == FloorDiv(x + 9 * y, 4608)
     assert simplify_index(FloorDiv(8 - x + 9 * y, 4608), {x: 9, y: 10**5}).has(x)

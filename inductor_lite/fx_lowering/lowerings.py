@@ -184,26 +184,19 @@ def cast(value, src: torch.dtype, dst: torch.dtype):
 
 
 def is_broadcast(in_size: Expr, out_size: Expr) -> bool:
-    """Whether a dimension of ``in_size`` broadcast to ``out_size`` (torch has checked
-    that the two are equal or ``in_size`` is 1) is a broadcast one. A symbolic size that
-    is 1 without being the literal 1 (``Min(1, s0 - 1)``, ``(-s0)//2 + 3``) is told
-    from an equal one by the shape environment's example sizes, on which torch's
-    broadcast check guarded the graph.
-
-    Raises:
-        ValueError: the sizes are neither provably equal nor equal or 1 at the example sizes.
-    """
+    """Whether a dimension of ``in_size`` read over a domain of ``out_size`` is broadcast
+    (read at index 0): it is 1 and the domain is not. A symbolic size that is 1 without
+    being the literal 1 (``Min(1, s0 - 1)``, ``(-s0)//2 + 3``) is told from one equal to
+    the domain by the shape environment's example sizes, on which torch's broadcast
+    check guarded the graph. (A larger input, such as a scatter's source read over its
+    index's shape, is not broadcast.)"""
     if in_size == 1:
         return True
-    if known_equal(in_size, out_size):
+    if known_equal(in_size, out_size) or sympy.sympify(in_size).is_number:
         return False
     hints = shape_env_values()
     a, b = (sympy.sympify(x).xreplace(hints) for x in (in_size, out_size))
-    if a == 1:
-        return True
-    if a.is_number and b.is_number and a == b:
-        return False
-    raise ValueError(f"cannot broadcast a dimension of size {in_size} to {out_size}")
+    return a == 1 and b != 1
 
 
 def broadcast_index(index: Sequence[Expr], in_size: Sequence[Expr], out_size: Sequence[Expr]) -> list[Expr]:
