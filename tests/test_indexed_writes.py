@@ -21,6 +21,7 @@ from inductor_lite.fx_lowering.decompositions import decomposition_table
 from inductor_lite.fx_lowering.graph import GraphLowering
 from inductor_lite.scheduler.fusion import KernelGroup
 from inductor_lite.scheduler.scheduler import Scheduler
+from conftest import assemble_launches
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -261,22 +262,13 @@ def test_atomic_kernels_are_not_autotuned():
     assert all(len(k.configs) > 1 for k in stores.kernels)
 
 
-def test_generated_scatter_kernels_compile_to_ptx(monkeypatch):
+def test_generated_scatter_kernels_compile_to_ptx(kernel_launches):
     """The kernels a CPU run launches (stores, fp32/fp64/int32/int64 atomic adds, the
     fp32-accumulating bf16 index_add, a masked fill) go through the NVPTX compiler and
     assemble for sm_80 and sm_90."""
-    from inductor_lite.dsl.kernel import Kernel
-
     if not assembler.can_assemble():
         pytest.skip("needs nvJitLink or ptxas")
-    launches = []
-    original = Kernel.run
-
-    def record(self, grid, args, constexprs, num_warps=None, num_stages=1, maxnreg=None):
-        launches.append((self, tuple(args), dict(constexprs), num_warps))
-        return original(self, grid, args, constexprs, num_warps, num_stages, maxnreg)
-
-    monkeypatch.setattr(Kernel, "run", record)
+    launches = kernel_launches
     for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
         check(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), rand(6, 5, dtype=dtype),
               torch.randint(-6, 6, (9,)), rand(9, 5, dtype=dtype))
@@ -286,10 +278,7 @@ def test_generated_scatter_kernels_compile_to_ptx(monkeypatch):
           rand(9, 6, dtype=torch.bfloat16))
     check(lambda x, m: torch.index_put(x, (m,), torch.tensor(1.0)), rand(4, 3), torch.rand(4) > 0.5, exact=True)
     assert len(launches) >= 14
-    for kernel, args, constexprs, num_warps in launches:
-        ir_fn = kernel.build_ir(kernel.specialize(args, constexprs))
-        for cc in ((8, 0), (9, 0)):
-            assembler.check_ptx_assembles(compiler.compile_ptx(ir_fn, cc=cc, num_warps=num_warps).ptx, cc)
+    assemble_launches(launches)
 
 
 @pytest.mark.gpu

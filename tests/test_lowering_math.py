@@ -24,6 +24,7 @@ from inductor_lite.config import config
 from inductor_lite.dsl import interpreter
 from test_runtime_launch import stub  # noqa: F401  (a fixture: the fake CUDA driver)
 from test_runtime_cache import fake_driver  # noqa: F401  (a fixture stub uses)
+from conftest import assemble_launches
 
 INF, NAN = math.inf, math.nan
 EDGES = [0.0, -0.0, INF, -INF, NAN]
@@ -485,35 +486,24 @@ def _fp64_math(x, y):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
-def test_generated_math_kernels_assemble(dtype, device, monkeypatch):
+def test_generated_math_kernels_assemble(dtype, device, kernel_launches):
     """The kernels the backend generates for the new ops (every new libdevice call in
     fp32 and from bf16; the fp64 versions of a few, the fp64 math of ldexp, frexp and
     i0e, and nextafter) compile to PTX that assembles for sm_80 and sm_90."""
-    from inductor_lite.dsl import assembler, compiler
-    from inductor_lite.dsl.kernel import Kernel
+    from inductor_lite.dsl import assembler
 
     if device != "cpu":
         pytest.skip("compiles for every target on the CPU run")
     if not assembler.can_assemble():
         pytest.skip("neither nvJitLink nor ptxas is available")
-    launches = []
-    original = Kernel.run
-
-    def record(self, grid, args, constexprs, num_warps=None, num_stages=1, maxnreg=None):
-        launches.append((self, tuple(args), dict(constexprs), num_warps))
-        return original(self, grid, args, constexprs, num_warps, num_stages, maxnreg)
-
-    monkeypatch.setattr(Kernel, "run", record)
+    launches = kernel_launches
     x, y = torch.rand(64).to(dtype) * 0.9, torch.randn(64).to(dtype)
     fns = {torch.float32: [_all_math, torch.nextafter, lambda a, b: (a.int() << b.int(), *torch.frexp(a))],
            torch.bfloat16: [_all_math], torch.float64: [_fp64_math]}[dtype]
     for fn in fns:
         compile_and_run(fn, x, y)
     assert launches
-    for kernel, args, constexprs, num_warps in launches:
-        ir_fn = kernel.build_ir(kernel.specialize(args, constexprs))
-        for cc in ((8, 0), (9, 0)):
-            assembler.check_ptx_assembles(compiler.compile_ptx(ir_fn, cc=cc, num_warps=num_warps or 4).ptx, cc)
+    assemble_launches(launches)
 
 
 @pytest.mark.parametrize("decimals", [-1, 2])

@@ -17,6 +17,7 @@ from torch.utils._sympy.functions import Mod, PythonMod
 import inductor_lite
 from inductor_lite.codegen import runtime_helpers
 from inductor_lite.config import config
+from conftest import assemble_launches
 
 TOLERANCES = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
 
@@ -358,32 +359,21 @@ def test_training_step_of_a_small_cnn():
     assert not [k for k in _externs() if "pool" in k]
 
 
-def test_pooling_kernels_compile_to_ptx(device, monkeypatch):
+def test_pooling_kernels_compile_to_ptx(device, kernel_launches):
     """Every kernel of a forward and backward through each pooling op (int64 max
     pooling's -2**63 padding value, masked windows, the gather backwards) goes through
     the NVPTX compiler and assembles for sm_80 and sm_90."""
-    from inductor_lite.dsl import assembler, compiler
-    from inductor_lite.dsl.kernel import Kernel
+    from inductor_lite.dsl import assembler
 
     if device != "cpu" or not assembler.can_assemble():
         pytest.skip("compiles the kernels the CPU run launched; needs nvJitLink or ptxas")
-    launches = []
-    original = Kernel.run
-
-    def record(self, grid, args, constexprs, num_warps=None, num_stages=1, maxnreg=None):
-        launches.append((self, tuple(args), dict(constexprs), num_warps))
-        return original(self, grid, args, constexprs, num_warps, num_stages, maxnreg)
-
-    monkeypatch.setattr(Kernel, "run", record)
+    launches = kernel_launches
     check(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), torch.randint(-9, 9, (1, 2, 7, 6)),
           backward=False, exact=True)
     check(lambda x: (F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)
                      + F.adaptive_avg_pool2d(x, (4, 4))), randn(1, 2, 7, 7, dtype=torch.bfloat16))
     assert len(launches) >= 3
-    for kernel, args, constexprs, num_warps in launches:
-        ir_fn = kernel.build_ir(kernel.specialize(args, constexprs))
-        for cc in ((8, 0), (9, 0)):
-            assembler.check_ptx_assembles(compiler.compile_ptx(ir_fn, cc=cc, num_warps=num_warps).ptx, cc)
+    assemble_launches(launches)
 
 
 def test_pool_backward_with_a_constant_index():

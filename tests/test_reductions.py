@@ -31,6 +31,7 @@ import torch.utils._pytree as pytree
 import inductor_lite
 from inductor_lite.codegen import heuristics, runtime_helpers
 from inductor_lite.config import config
+from conftest import assemble_launches
 
 aten = torch.ops.aten
 counters = inductor_lite.counters
@@ -303,32 +304,21 @@ def test_any_all_of_uint8_are_uint8_as_in_eager(tmp_path):
                  tmp_path=tmp_path)
 
 
-def test_looped_argmax_keeps_int64_indices(tmp_path, device, monkeypatch):
+def test_looped_argmax_keeps_int64_indices(tmp_path, device, monkeypatch, kernel_launches):
     """A looped argmax/argmin over rows whose indices need int64 math (rows past 2**31
     elements; forced here by lowering the int32 limit) keeps its running index in int64,
     and the kernel compiles to PTX that assembles."""
     from inductor_lite.codegen import kernel
-    from inductor_lite.dsl import assembler, compiler
-    from inductor_lite.dsl.kernel import Kernel
+    from inductor_lite.dsl import assembler
 
     monkeypatch.setattr(kernel, "INT32_INDEX_LIMIT", 1000)
     monkeypatch.setattr(heuristics, "PERSISTENT_MAX_RBLOCK", 64)
-    launches = []
-    original = Kernel.run
-
-    def record(self, grid, args, constexprs, num_warps=None, num_stages=1, maxnreg=None):
-        launches.append((self, tuple(args), dict(constexprs), num_warps))
-        return original(self, grid, args, constexprs, num_warps, num_stages, maxnreg)
-
-    monkeypatch.setattr(Kernel, "run", record)
     x = randn(3, 5000)
     x[1, 4321] = float("nan")
     names, _ = run_compiled(lambda x: (x.argmax(1), x.argmin(1), x[::2].max(1)), x, tmp_path=tmp_path)
     assert any(n.startswith("red_") for n in names), names
     if device == "cpu" and assembler.can_assemble():
-        for k, args, constexprs, num_warps in launches:
-            ir_fn = k.build_ir(k.specialize(args, constexprs))
-            assembler.check_ptx_assembles(compiler.compile_ptx(ir_fn, cc=(9, 0), num_warps=num_warps or 4).ptx, (9, 0))
+        assemble_launches(kernel_launches, ccs=((9, 0),))
 
 
 def test_full_sum_is_a_split_reduction(tmp_path):
