@@ -260,6 +260,8 @@ VIEW_CASES = {
     "view_of_lazy": (lambda x: (x * 2).view(6, 4) + x.sin().reshape(24)[:4], [r(2, 3, 4)]),
     "expand_unsqueeze_squeeze": (lambda x: (x.unsqueeze(0).expand(3, 4, 5) + 1).squeeze(0), [r(4, 5)]),
     "transpose_of_lazy": (lambda x: (x.relu().transpose(0, 1) + 1) * x.t(), [r(5, 7)]),
+    # a 0-d tensor's transpose(0, -1) is itself (a fuzzing helper's find: it failed to lower)
+    "transpose_of_0d": (lambda x, y: torch.logsumexp(x, -1).transpose(0, -1) + y.transpose(1, 1), [r(7), r(7, 2)]),
     "split_unbind": (lambda x: sum(x.split(2, dim=1)) + sum(x[:, :2].unbind(0)), [r(3, 6)]),
     "select_negative": (lambda x: x[..., -1] + x.select(0, -2)[:3], [r(3, 3)]),
     "expand_output": (lambda x: (x + 1).expand(4, 3), [r(1, 3)]),

@@ -154,6 +154,8 @@ def _lower_permute(ctx, x, dims):
 def _lower_transpose(ctx, x, dim0, dim1):
     rank = len(x.get_size())
     d0, d1 = normalize_dim(dim0, rank), normalize_dim(dim1, rank)
+    if rank == 0 or d0 == d1:  # a 0-d tensor's dims 0 and -1 are its one implicit dim
+        return x
 
     def reindex(index):
         old = list(index)
