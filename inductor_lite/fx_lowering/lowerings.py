@@ -284,14 +284,14 @@ def make_pointwise(ctx: LoweringContext, operands: Sequence[Any], fn: Callable[.
     the node's output dtype. Kernels keep fp16/bf16 values in fp32 (the stored result
     alone is rounded), so a Python float or 0-dim fp32 operand of an fp16/bf16 op keeps
     its fp32 value, as eager's add, mul and div (which read it in fp32) do;
-    ``round_scalars=True`` rounds such operands to the operands' common dtype first, as eager's
-    comparisons, ``fmod`` and ``remainder`` do on CPU and CUDA (``x == 0.1`` is True for
-    the bf16 value of 0.1).
+    ``round_scalars=True`` rounds such operands to the operands' common dtype first, as
+    eager's comparisons, ``fmod`` and ``remainder`` do on CPU and CUDA (``x == 0.1`` is
+    True for the bf16 value of 0.1).
     """
     compute, _ = promote(kind, *operands)
     out_dtype, size = ctx.out_dtype, ctx.out_size
-    common = promote(Kind.DEFAULT, *operands)[1]
-    if round_scalars and common in LOW_PRECISION_FLOATS:
+    common = promote(Kind.DEFAULT, *operands)[1] if round_scalars else None
+    if common in LOW_PRECISION_FLOATS:
         loaders = [_round_scalar_operand(x, size, common, compute) for x in operands]
     else:
         loaders = [loader(x, size, compute) for x in operands]

@@ -245,11 +245,12 @@ def join_dimensions(expr: Expr) -> Expr:
 
 def _drop_small_part(base: Expr, div: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Optional[tuple[Expr, Expr]]:
     """``(b, div / k)`` when ``base`` is ``a + k*b`` with ``k`` (a number or a size
-    expression) dividing ``div`` and ``0 <= a < k``, so that ``base // div == b // (div / k)`` (the digits below ``k``
-    cannot carry into the quotient); else None. A tile of a 2-D kernel whose x side is
-    ``k`` long addresses ``xindex + k*yindex``: its divisions by multiples of ``k``
-    become divisions of ``yindex`` alone, once a tile row, and the access's contiguity
-    along ``yindex`` shows."""
+    expression) dividing ``div`` and ``0 <= a < k``, so that ``base // div`` is
+    ``b // (div / k)`` (the digits below ``k`` cannot carry into the quotient); else
+    None. A tile of a 2-D kernel whose x side is ``k`` long addresses
+    ``xindex + k*yindex``: its divisions by multiples of ``k`` become divisions of
+    ``yindex`` alone, once a tile row, and the access's contiguity along ``yindex``
+    shows."""
     terms = sympy.Add.make_args(base)
     # each term's factor free of loop variables: 9 in 9*y, s0 in s0*y (a size symbol)
     coefficients = {t.as_independent(*var_ranges, as_Add=False)[0] for t in terms}
