@@ -192,7 +192,9 @@ def is_broadcast(in_size: Expr, out_size: Expr) -> bool:
     index's shape, is not broadcast.)"""
     if in_size == 1:
         return True
-    if known_equal(in_size, out_size) or sympy.sympify(in_size).is_number:
+    # the common cases (equal sizes, a static size) without sympy algebra: broadcast_index
+    # runs at every evaluation of a loader's index
+    if in_size == out_size or sympy.sympify(in_size).is_number or known_equal(in_size, out_size):
         return False
     hints = shape_env_values()
     a, b = (sympy.sympify(x).xreplace(hints) for x in (in_size, out_size))
