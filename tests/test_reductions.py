@@ -487,6 +487,29 @@ def test_training_backward(name, dtype, tmp_path):
     assert not extern_ops()  # no _softmax_backward_data, native_layer_norm_backward, ...
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_rows_too_many_to_hold_in_registers_are_looped(dtype, tmp_path, monkeypatch, unsplit):
+    """softmax's forward holds one row across its reductions, its backward two (the
+    gradient and the output): at a row length whose two rows exceed
+    `heuristics.PERSISTENT_MAX_RBLOCK`, the forward stays persistent and the backward
+    is looped, with the same values."""
+    monkeypatch.setattr(heuristics, "PERSISTENT_MAX_RBLOCK", 512)
+    x, grad_out = randn(8, 300, dtype=dtype), randn(8, 300, dtype=dtype)
+    compiled = torch.compile(lambda x: torch.softmax(x, -1), backend="inductor_lite")
+    with config.patch(debug_dir=str(tmp_path)):
+        out, (leaf,) = _run_backward(compiled, [x], [True])
+        out.backward(grad_out)
+    eager_out, (eager_leaf,) = _run_backward(lambda x: torch.softmax(x, -1), [x], [True])
+    eager_out.backward(grad_out)
+    ref_out, (ref_leaf,) = _run_backward(lambda x: torch.softmax(x, -1), [_to_fp64(x)], [True])
+    ref_out.backward(_to_fp64(grad_out))
+    assert_close(out, eager_out, ref_out, "forward")
+    assert_close(leaf.grad, eager_leaf.grad, ref_leaf.grad, "grad")
+    assert [n[:4] for n in kernel_names(tmp_path, "fw")] == ["per_"]
+    assert [n[:4] for n in kernel_names(tmp_path, "bw")] == ["red_"]
+    assert not extern_ops()
+
+
 @pytest.fixture
 def mix_order_small(monkeypatch):
     """Mix-order fusion for shapes small enough for the interpreter (the real limits

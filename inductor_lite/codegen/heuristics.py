@@ -18,7 +18,8 @@ which reach 86-100% of copy bandwidth on H100 and H200 (see `docs/performance.md
   of the row): rows of up to 1024 packed about 4096 elements a program over 4 warps;
   longer rows one a program, 4 warps up to 2048, 8 at 4096, 16 beyond (8 to 64 fp32
   values a thread), half inputs twice the elements a thread;
-- looped reductions: 4096-element chunks over 8 warps, one row a program;
+- looped reductions: 4096-element chunks over 8 warps, one row a program; rows of
+  `WIDE_LOOPED_ROW` and more 8192-element chunks over 16 warps;
 - outer reductions (the reduced dimension is not the contiguous one; ``reduction
   axis 0``): tiles of 64 contiguous outputs by 8 to 64 reduced elements, 4 or 8 warps,
   and narrow tiles of 8 or 16 outputs by 128 or 256 reduced elements;
@@ -36,7 +37,9 @@ import sympy
 PERSISTENT_MAX_RBLOCK = 32768
 """Rows up to this many elements (as a power of two) are reduced persistently, as the
 hand-written kernels do: 32768 values over 32 warps are 32 registers a thread per
-row-sized value."""
+row-sized value. A kernel that holds several row-sized values across a reduction
+(softmax's backward: the gradient and the output) is persistent only while they add up
+to at most this many elements a row; longer, it is looped (`codegen.kernel`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,7 +282,20 @@ def reduction(numel, rnumel, element_size: int, reduction_axis: int = 1) -> list
         # outputs they spread the rows over more SMs (a split reduction's final stage)
         configs += [make(16, 128, 4), make(8, 256, 4), make(16, 256, 8)]
         return _unique(configs)
-    return _unique([make(1, 4096, 8), make(1, 2048, 8), make(1, 1024, 4), make(1, 4096, 16), make(2, 2048, 8)])
+    configs = [make(1, 4096, 8), make(1, 2048, 8), make(1, 1024, 4), make(1, 4096, 16), make(2, 2048, 8)]
+    if r is not None and r >= WIDE_LOOPED_ROW:
+        # wide chunks: fewer rows in flight, so a row that a later r loop reads again is
+        # still in L2 then (the rows a persistent kernel could not hold in registers)
+        configs = [make(1, 8192, 16), make(1, 16384, 32)] + configs
+    return _unique(configs)
+
+
+WIDE_LOOPED_ROW = 16384
+"""Looped reductions of static rows at least this long also try 8192- and 16384-element
+chunks over 16 and 32 warps, the first the default. With at most two such programs an
+SM, the rows in flight fit L2, so a row read again in a later r loop comes from L2, not
+DRAM (softmax's and LayerNorm's backward over rows of 32768: docs/performance.md,
+fourteenth session)."""
 
 
 # ----------------------------------------------------------------------------- hand-written kernels

@@ -18,8 +18,9 @@ second axis is ``rindex``; 0 for *outer* reductions, whose outputs, not rows, ar
 contiguous in memory, so that the tile's contiguous axis is the memory's):
 
 - *persistent* (``per_`` prefix; ``R`` static, ``RBLOCK`` its next power of two up to
-  `heuristics.PERSISTENT_MAX_RBLOCK`): the row is loaded once and stays in
-  registers; every reduction is one ``dl.sum``/``dl.max``/... along the r axis;
+  `heuristics.PERSISTENT_MAX_RBLOCK`, counting each row-sized value it holds across a
+  reduction): the row is loaded once and stays in registers; every reduction is one
+  ``dl.sum``/``dl.max``/... along the r axis;
 - *looped* (``red_`` prefix): ``for roffset in range(0, rnumel, RBLOCK)`` loops with
   ``[XBLOCK, RBLOCK]`` accumulators (Welford states for ``welford_reduce``), reduced
   along the r axis after the loop. A node that needs a reduction computed in the
@@ -112,6 +113,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 """A name in generated DSL text (values, index and mask variables are looked up by it)."""
 _VALUE_NAME = re.compile(r"\b(?:tmp|acc)\d+\b")
 """The names `KernelCodegen` gives values: ``tmpN``, accumulators ``accN``."""
+_DEFINITION = re.compile(r"\s*((?:tmp|acc)\d+(?:, (?:tmp|acc)\d+)*) = ")
+"""A line assigning values: ``tmp3 = ...``, or a Welford's ``tmp4, tmp5, tmp6 = ...``."""
 
 _FLOAT_TO_INT = (TruncToInt, FloorToInt, CeilToInt, RoundToInt)
 """torch's float-to-int size functions: printed by the wrapper, never in a kernel."""
@@ -282,6 +285,7 @@ class KernelCodegen(OpsHandler):
         self._tmp_ids = itertools.count()
         self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
         self.unrounded: dict[str, CSEVar] = {}  # fp16/bf16 value -> the fp32 value it rounds
+        self.reduction_results: set[str] = set()
         # mix-order kernels: lines before and after a program's loop over its rows
         self.row_prologue: list[str] = []
         self.row_epilogue: list[str] = []
@@ -544,6 +548,28 @@ class KernelCodegen(OpsHandler):
     def in_loop(self) -> bool:
         return self.scope.loop
 
+    def row_values_across_reductions(self) -> int:
+        """The most row-sized values (varying along ``rindex``) that a persistent
+        kernel's body defines before one of its reductions and uses after it: the rows
+        it holds in registers while it reduces (softmax's backward holds two, the
+        gradient and the output; its forward one, the input and then its exponential)."""
+        defined: dict[str, int] = {}
+        last_use: dict[str, int] = {}
+        points = []
+        for i, line in enumerate(self.body.lines):
+            target = _DEFINITION.match(line)
+            names = target.group(1).split(", ") if target else []
+            for name in _VALUE_NAME.findall(line[target.end():] if target else line):
+                last_use[name] = i
+            for name in names:
+                defined.setdefault(name, i)
+            if self.reduction_results.intersection(names):
+                points.append(i)
+        # masks are predicates, not rows of values
+        dtypes = {var.text: var.dtype for var in self.body.cse.values()}
+        rows = [name for name in defined if RFLAT in self.dims.get(name, ()) and dtypes.get(name) != torch.bool]
+        return max((sum(defined[name] < p < last_use.get(name, -1) for name in rows) for p in points), default=0)
+
     # ------------------------------------------------------------------ reductions
 
     def _r_shape(self) -> str:
@@ -565,6 +591,7 @@ class KernelCodegen(OpsHandler):
                 return scope.cse[key].value
         results = (self._persistent_reduction if self.persistent else self._looped_reduction)(
             dtype, reduction_type, value)
+        self.reduction_results.update(result.text for result in results)
         self.scope.cse[key] = CSEVar(key, dtype, value=results)
         for result in results:
             self.dims[result.text] = self._dims(value) - {RFLAT}
@@ -1042,25 +1069,35 @@ def generate_kernel(group: KernelGroup, index: int, removed: set[str],
     # a scatter's stores follow its source's layout, not a tile's
     tiling = (None if group.has_scatter() or in_memory_order
               else choose_tiling(group, lambda name: layouts(name).dtype.itemsize))
-    cg = KernelCodegen(group.numel, group.rnumel, persistent, axis, index_dtype, layouts, tiling)
-    looped = group.is_reduction and not persistent
-    pending_reductions: set[str] = set()  # reduction results of the open loop
-    with set_ops_handler(cg):
-        for node in group.nodes:
-            placement = (in_memory_order[node.name] if in_memory_order
-                         else node.read_writes.placement(group.numel, group.rnumel))
-            if looped:
-                if placement.role == "x" or node.read_names() & pending_reductions:
-                    if cg.in_loop():
-                        cg.close_loop()
-                        pending_reductions.clear()
-                if placement.role != "x" and not cg.in_loop():
-                    cg.open_loop()
-            _codegen_node(cg, node, placement, keep=node.name not in removed)
-            if looped and placement.role == "reduction":
-                pending_reductions.add(node.name)
-        if looped and cg.in_loop():
-            cg.close_loop()
+
+    def write(persistent: bool) -> KernelCodegen:
+        cg = KernelCodegen(group.numel, group.rnumel, persistent, axis, index_dtype, layouts, tiling)
+        looped = group.is_reduction and not persistent
+        pending_reductions: set[str] = set()  # reduction results of the open loop
+        with set_ops_handler(cg):
+            for node in group.nodes:
+                placement = (in_memory_order[node.name] if in_memory_order
+                             else node.read_writes.placement(group.numel, group.rnumel))
+                if looped:
+                    if placement.role == "x" or node.read_names() & pending_reductions:
+                        if cg.in_loop():
+                            cg.close_loop()
+                            pending_reductions.clear()
+                    if placement.role != "x" and not cg.in_loop():
+                        cg.open_loop()
+                _codegen_node(cg, node, placement, keep=node.name not in removed)
+                if looped and placement.role == "reduction":
+                    pending_reductions.add(node.name)
+            if looped and cg.in_loop():
+                cg.close_loop()
+        return cg
+
+    cg = write(persistent)
+    if persistent and group.rows_per_program is None and (
+            cg.row_values_across_reductions() * heuristics.next_power_of_2(int(group.rnumel))
+            > heuristics.PERSISTENT_MAX_RBLOCK):
+        persistent = False  # too many rows to hold in registers: stream them through L2
+        cg = write(persistent)
 
     name = kernel_name(group, index, persistent)
     symbols = sorted(cg.size_symbols, key=lambda s: s.name)
