@@ -272,6 +272,22 @@ def test_libdevice_math_within_cuda_error_bounds():
         assert_within_ulp(gpu, want.float(), ulps, name)
 
 
+def scalar_divisions(a, i):
+    return (a / 6.0, a / 3, a / -0.1, a / 0.0, a / float("inf"), a.to(torch.bfloat16) / 10.0, i / 7,
+            a.double() / 3.0, torch.nn.functional.hardswish(a), torch.nn.functional.hardsigmoid(a),
+            torch.nn.functional.hardswish(a.to(torch.bfloat16)))
+
+
+@pytest.mark.gpu
+def test_division_by_a_python_number_matches_eager_cuda():
+    """On CUDA, ``x / number`` multiplies by the number's reciprocal rounded in the op's
+    math dtype, as eager CUDA does (so do its hardswish and hardsigmoid, by 1/6): bit
+    for bit eager CUDA's values, special values included."""
+    a, i = _floats(13), _ints(14, torch.int32)
+    for k, (got, want) in enumerate(zip(_run(scalar_divisions, (a, i), "cuda"), scalar_divisions(a.cuda(), i.cuda()))):
+        assert_bitwise(got, want.cpu(), f"scalar division {k}")
+
+
 CPU_EXACT = dict(GROUPS, sqrt=sqrt_ops)
 """Groups the interpreter computes bit for bit as eager on CPU does."""
 

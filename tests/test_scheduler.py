@@ -10,7 +10,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from inductor_lite.fx_lowering.decompositions import decomposition_table
 from inductor_lite.fx_lowering import graph as graph_lowering
 from inductor_lite.fx_lowering.graph import GraphLowering
-from inductor_lite.ir.indexing import index_var, simplify_index, upper_bound
+from inductor_lite.ir.indexing import abs_bound, index_var, simplify_index, upper_bound
 from inductor_lite.ir.nodes import ComputedBuffer
 from inductor_lite.scheduler.dependencies import FLAT, MemoryDep, extract_read_writes
 from inductor_lite.scheduler.fusion import KernelGroup, fusion_blocker, fusion_score
@@ -119,6 +119,20 @@ def test_simplify_index_drops_digits_below_a_dividing_coefficient():
     assert simplify_index(FloorDiv(8 - x + 9 * y, 4608), {x: 9, y: 10**5}).has(x)
     for a, b in [(0, 0), (8, 511), (8, 512), (3, 4607), (5, 99999)]:
         assert simplify_index(FloorDiv(x + 9 * y, 4608), {x: 9, y: 10**5}).subs({x: a, y: b}) == (a + 9 * b) // 4608
+
+
+def test_simplify_index_resolves_min_and_max_over_the_ranges():
+    """A Min/Max that one argument always wins over the variables' ranges is that
+    argument: a 3x3 average pool's window end ``Min(o + 2, 57)`` is ``o + 2`` for ``o <
+    56``, so its window size is the number 9 (and no int64 index math is needed)."""
+    o, p = i0, i1
+    window = (sympy.Min(o + 2, 57) - (o - 1)) * (sympy.Min(p + 2, 57) - (p - 1))
+    assert simplify_index(window, {o: 56, p: 56}) == 9
+    assert simplify_index(sympy.Max(o - 1, 0), {o: 56}) == sympy.Max(o - 1, 0)  # o = 0 picks 0
+    assert simplify_index(sympy.Max(o + 1, 0), {o: 56}) == o + 1
+    # one more output row reaches past the padded input: kept
+    assert simplify_index(sympy.Min(o + 2, 57), {o: 57}) == sympy.Min(o + 2, 57)
+    assert abs_bound(sympy.Min(o + 2, 57) * 3, {o: 1000}) == 3 * 1001
 
 
 def test_upper_bound():

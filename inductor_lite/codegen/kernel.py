@@ -309,9 +309,13 @@ class KernelCodegen(OpsHandler):
             if var is not None:
                 return var
         var = CSEVar(f"tmp{next(self._tmp_ids)}", dtype)
-        self.scope.cse[text] = var
-        self.scope.lines.append(f"{var} = {text}")
-        self.dims[var.text] = frozenset().union(*map(self._name_dims, _IDENTIFIER.findall(text)))
+        dims = frozenset().union(*map(self._name_dims, _IDENTIFIER.findall(text)))
+        # a value that does not vary along rindex (a channel's batch-norm scale, a row's
+        # 1 / sum) is computed once before the r loop, not once an element in it
+        scope = self.scopes[-2] if self.scope.loop and RFLAT not in dims else self.scope
+        scope.cse[text] = var
+        scope.lines.append(f"{var} = {text}")
+        self.dims[var.text] = dims
         return var
 
     def _name_dims(self, name: str) -> frozenset[sympy.Symbol]:

@@ -90,12 +90,37 @@ def _truncdiv(out_dtype: torch.dtype):
     return fn
 
 
+def _cuda_scalar_reciprocal(ctx, a, b):
+    """For ``a / b`` on CUDA with a Python number ``b`` and a floating result, the
+    reciprocal that eager multiplies by instead of dividing: ``1 / b`` computed in the
+    op's math dtype (fp32 for fp16/bf16/fp32, fp64 for fp64) from ``b`` rounded to it
+    (ATen's ``div_true_kernel_cuda``; its hardswish and hardsigmoid kernels multiply by
+    ``1.0f / 6.0f`` too, and TorchInductor does the same on GPUs). Else None: eager on
+    CPU divides."""
+    if ctx.device.type != "cuda" or isinstance(b, bool) or not isinstance(b, (int, float)):
+        return None
+    compute, _ = promote(Kind.INT_TO_FLOAT, a, b)
+    if not compute.is_floating_point:
+        return None
+    math_dtype = torch.float64 if compute == torch.float64 else torch.float32
+    try:
+        value = float(b)
+    except OverflowError:  # an int past fp64's range: eager rejects it too
+        return None
+    if math.isfinite(value) and abs(value) > torch.finfo(math_dtype).max:
+        return None  # not a value of the math dtype (eager's conversion of it fails)
+    return float(torch.tensor(1.0, dtype=math_dtype) / torch.tensor(value, dtype=math_dtype))
+
+
 # true_divide (div's alias) appears where a symbolic size is divided as a tensor, e.g. the
 # upsample decompositions' scales under dynamic shapes
 @register_lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
                    aten.true_divide.Tensor, aten.true_divide.Scalar)
 def _lower_div(ctx, a, b, rounding_mode=None):
     if rounding_mode is None:
+        reciprocal = _cuda_scalar_reciprocal(ctx, a, b)
+        if reciprocal is not None:
+            return make_pointwise(ctx, [a, reciprocal], lambda dt, x, y: ops.mul(x, y), Kind.INT_TO_FLOAT)
         return make_pointwise(ctx, [a, b], lambda dt, x, y: ops.truediv(x, y), Kind.INT_TO_FLOAT)
     if rounding_mode == "trunc":
         return make_pointwise(ctx, [a, b], _truncdiv(ctx.out_dtype))

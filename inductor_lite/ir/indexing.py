@@ -188,7 +188,79 @@ def abs_bound(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Optional[E
     if isinstance(expr, ModularIndexing):
         base = abs_bound(expr.args[0], var_ranges)
         return expr.args[2] if base is not None and known_leq(1, expr.args[2]) else None
+    if isinstance(expr, (sympy.Min, sympy.Max)):  # at most the largest of its arguments' bounds
+        parts = [abs_bound(a, var_ranges) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        return max(parts) if all(p.is_number for p in parts) else sympy.Add(*parts)
     return None
+
+
+def value_range(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Optional[tuple[int, int]]:
+    """``(lowest, highest)`` integer values of ``expr`` over ``var -> [0, range)``, for
+    an expression of numbers, loop variables of static range, sums, products by
+    numbers, FloorDiv and ModularIndexing by positive numbers, Min and Max; None
+    otherwise (a size symbol, a product of variables)."""
+    if expr.is_Integer:
+        return int(expr), int(expr)
+    if isinstance(expr, sympy.Symbol):
+        top = var_ranges.get(expr)
+        return (0, int(top) - 1) if top is not None and as_expr(top).is_Integer and top >= 1 else None
+    if isinstance(expr, sympy.Add):
+        parts = [value_range(a, var_ranges) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+    if isinstance(expr, sympy.Mul):
+        coefficient, rest = expr.as_coeff_Mul()
+        inner = value_range(rest, var_ranges) if coefficient.is_Integer and rest != expr else None
+        if inner is None:
+            return None
+        ends = (int(coefficient) * inner[0], int(coefficient) * inner[1])
+        return min(ends), max(ends)
+    if isinstance(expr, (FloorDiv, ModularIndexing)) and all(a.is_Integer and a >= 1 for a in expr.args[1:]):
+        base = value_range(expr.args[0], var_ranges)
+        if base is None:
+            return None
+        div = int(expr.args[1])
+        if isinstance(expr, FloorDiv):
+            return base[0] // div, base[1] // div
+        mod = int(expr.args[2])
+        if base[0] // div == base[1] // div:  # one quotient: no wrap-around
+            return (base[0] // div) % mod, (base[1] // div) % mod
+        return 0, mod - 1
+    if isinstance(expr, (sympy.Min, sympy.Max)):
+        parts = [value_range(a, var_ranges) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        pick = min if isinstance(expr, sympy.Min) else max
+        return pick(p[0] for p in parts), pick(p[1] for p in parts)
+    return None
+
+
+def _simplify_min_max(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Expr:
+    """``expr`` with each ``Min``/``Max`` whose result one argument always gives,
+    over the ranges, replaced by that argument: a pooling window's end
+    ``Min(o + 2, 57)`` is ``o + 2`` for ``o < 56``, so the window size is a number."""
+    def choose(e):
+        keep = []
+        for a in e.args:
+            beaten = False
+            for b in e.args:
+                if b is a or b in keep:
+                    continue
+                span = value_range(sympy.expand(a - b), var_ranges)
+                # Min: b <= a everywhere makes a redundant (Max: b >= a)
+                if span is not None and (span[0] >= 0 if isinstance(e, sympy.Min) else span[1] <= 0):
+                    beaten = True
+                    break
+            if not beaten:
+                keep.append(a)
+        return e.func(*keep) if len(keep) < len(e.args) else e
+
+    if not expr.has(sympy.Min, sympy.Max):
+        return expr
+    return expr.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), choose)
 
 
 def upper_bound(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Optional[Expr]:
@@ -310,7 +382,7 @@ def _simplify_divmod(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Exp
 @functools.lru_cache(maxsize=4096)
 def _simplify_cached(expr: Expr, ranges_key: tuple) -> Expr:
     var_ranges = dict(ranges_key)
-    expr = sympy.expand(expr)
+    expr = sympy.expand(_simplify_min_max(expr, var_ranges))
     for _ in range(4):
         new = join_dimensions(sympy.expand(_simplify_divmod(expr, var_ranges)))
         if new == expr:
