@@ -558,3 +558,26 @@ def test_fused_16_bit_intermediates_stay_fp32_unless_emulated(dtype, emulate):
     expected = torch.zeros_like(a) if emulate else torch.full_like(a, ulp / 2)
     assert out.dtype == dtype
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_comparisons_that_the_index_ranges_decide_are_folded():
+    """A comparison of an index value with a constant that holds (or fails) over the
+    whole kernel domain is a literal: a pooling window's ``x0 - 1 < 56`` for ``x0 =
+    (xindex // 56) % 56``; one the domain does not decide stays a comparison."""
+    from inductor_lite.codegen.kernel import KernelCodegen
+    from inductor_lite.ir.ops import ops, set_ops_handler
+    from inductor_lite.scheduler.dependencies import FLAT
+
+    cg = KernelCodegen(sympy.Integer(2 * 3136), sympy.Integer(1), False, 1, torch.int32, layouts=None)
+    row = ModularIndexing(FLAT, 56, 56)
+
+    def c(v):
+        return ops.constant(v, torch.int64)
+
+    with set_ops_handler(cg):
+        i = ops.index_expr(row - 1, torch.int64)  # -1 .. 54
+        assert [ops.lt(i, c(56)).value, ops.gt(i, c(54)).value, ops.ne(i, c(-5)).value,
+                ops.eq(i, c(55)).value, ops.le(c(-1), i).value, ops.ge(c(-2), i).value] == [True, False, True,
+                                                                                           False, True, False]
+        undecided = [ops.ge(i, c(0)), ops.lt(i, c(54)), ops.eq(i, c(3)), ops.ne(i, c(3)), ops.eq(i, c(-1))]
+        assert not any(u.is_literal for u in undecided)

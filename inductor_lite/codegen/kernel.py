@@ -86,6 +86,7 @@ from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt, Modula
 from ..config import config
 from ..ir.indexing import (
     Expr, abs_bound, is_power_of_2, known_leq, max_value, shape_env_values, simplify_index, storage_length,
+    value_range,
 )
 from ..ir.nodes import Layout, Reduction, Scan, ScatterBuffer, reduction_identity
 from ..ir.ops import OpsHandler, set_ops_handler
@@ -286,6 +287,7 @@ class KernelCodegen(OpsHandler):
         self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
         self.unrounded: dict[str, CSEVar] = {}  # fp16/bf16 value -> the fp32 value it rounds
         self.reduction_results: set[str] = set()
+        self.index_values: dict[str, Expr] = {}  # value name -> the index expression it holds
         # mix-order kernels: lines before and after a program's loop over its rows
         self.row_prologue: list[str] = []
         self.row_epilogue: list[str] = []
@@ -741,8 +743,11 @@ class KernelCodegen(OpsHandler):
         text = f"({self.index_str(expr)})"
         if dtype == torch.int64 and self.index_dtype == torch.int32:
             # needs_int64 proved every index value fits int32: skip the widening
-            return self._emit(text, torch.int32)
-        return self._emit(f"{text}.to({dsl_dtype(dtype)})", dtype)
+            var = self._emit(text, torch.int32)
+        else:
+            var = self._emit(f"{text}.to({dsl_dtype(dtype)})", dtype)
+        self.index_values[var.text] = self.simplify(expr)
+        return var
 
     def indirect_indexing(self, x: CSEVar, size: Expr, check: bool = True, wrap_neg: bool = True) -> sympy.Symbol:
         """``x`` as an int64 index symbol (``wrap_neg``: negative values count from the
@@ -921,7 +926,30 @@ class KernelCodegen(OpsHandler):
     def _compare(self, op: str, a, b):
         if a.is_literal and b.is_literal:
             return self.constant(_FOLD[op](a.value, b.value), torch.bool)
+        known = self._compare_over_ranges(op, a, b)
+        if known is not None:
+            return self.constant(known, torch.bool)
         return self._binary("{a} " + op + " {b}", a, b, torch.bool)
+
+    def _compare_over_ranges(self, op: str, a: CSEVar, b: CSEVar) -> Optional[bool]:
+        """The result of comparing an index value with an integer literal where the
+        index's range over the kernel's domain decides it (a pooling window's bounds
+        check ``x0 - 1 < 56`` for ``x0 < 56``), else None."""
+        for x, y, flipped in ((a, b, False), (b, a, True)):
+            expr = self.index_values.get(x.text)
+            if expr is None or not y.is_literal or isinstance(y.value, bool) or not isinstance(y.value, int):
+                continue
+            span = value_range(expr, self.ranges)
+            if span is None:
+                return None
+            fold = _FOLD[_FLIPPED[op] if flipped else op]
+            lo, hi = (fold(v, y.value) for v in span)
+            # every comparison with a constant is monotonic in x: the ends decide it
+            # when they agree, except for == and != inside the range
+            if lo == hi and (op not in ("==", "!=") or not span[0] < y.value < span[1]):
+                return lo
+            return None
+        return None
 
     def eq(self, a, b):
         return self._compare("==", a, b)
@@ -968,6 +996,8 @@ class KernelCodegen(OpsHandler):
 
 
 _FOLD = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+"""The comparison with its operands swapped: ``a < b`` is ``b > a``."""
 # ops.<name> -> dl.<name>: the same name, but libdevice's for the Bessel functions
 _MATH_FNS = {name: name for name in (
     "abs", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "sin",
