@@ -133,6 +133,8 @@ def test_simplify_index_resolves_min_and_max_over_the_ranges():
     # one more output row reaches past the padded input: kept
     assert simplify_index(sympy.Min(o + 2, 57), {o: 57}) == sympy.Min(o + 2, 57)
     assert abs_bound(sympy.Min(o + 2, 57) * 3, {o: 1000}) == 3 * 1001
+    # an index and its own modulo that never wraps: the index
+    assert simplify_index(sympy.Min(o, ModularIndexing(o, 1, 64)) + 1, {o: 56}) == o + 1
 
 
 def test_upper_bound():

@@ -226,8 +226,9 @@ def value_range(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Optional
         if isinstance(expr, FloorDiv):
             return base[0] // div, base[1] // div
         mod = int(expr.args[2])
-        if base[0] // div == base[1] // div:  # one quotient: no wrap-around
-            return (base[0] // div) % mod, (base[1] // div) % mod
+        low, high = base[0] // div, base[1] // div
+        if high - low < mod and low % mod <= high % mod:  # the quotients do not wrap around
+            return low % mod, high % mod
         return 0, mod - 1
     if isinstance(expr, (sympy.Min, sympy.Max)):
         parts = [value_range(a, var_ranges) for a in expr.args]
@@ -243,20 +244,17 @@ def _simplify_min_max(expr: Expr, var_ranges: Mapping[sympy.Symbol, Expr]) -> Ex
     over the ranges, replaced by that argument: a pooling window's end
     ``Min(o + 2, 57)`` is ``o + 2`` for ``o < 56``, so the window size is a number."""
     def choose(e):
-        keep = []
+        dropped = set()
         for a in e.args:
-            beaten = False
             for b in e.args:
-                if b is a or b in keep:
+                if b == a or b in dropped:
                     continue
                 span = value_range(sympy.expand(a - b), var_ranges)
                 # Min: b <= a everywhere makes a redundant (Max: b >= a)
                 if span is not None and (span[0] >= 0 if isinstance(e, sympy.Min) else span[1] <= 0):
-                    beaten = True
+                    dropped.add(a)
                     break
-            if not beaten:
-                keep.append(a)
-        return e.func(*keep) if len(keep) < len(e.args) else e
+        return e.func(*[a for a in e.args if a not in dropped]) if dropped else e
 
     if not expr.has(sympy.Min, sympy.Max):
         return expr
