@@ -259,8 +259,7 @@ def test_row_reduction(name, dtype, cols, tmp_path, unsplit):
 
 @pytest.mark.parametrize("cols", ALL_COLS)
 def test_division_by_a_row_value(cols, tmp_path, unsplit):
-    """Dividing by a per-row value (multiplied by its reciprocal in the kernel) keeps
-    IEEE division's zeros, infinities and NaNs: rows summing to 0 (0/0, +-x/0), a row
+    """Dividing by a per-row value keeps IEEE division's zeros, infinities and NaNs: rows summing to 0 (0/0, +-x/0), a row
     with an infinity (x/inf, inf/inf), a row of zeros, and ordinary rows (positive, so
     that no row sum cancels to near 0: a quotient by it would be ill-conditioned)."""
     x = torch.rand(6, cols) + 0.5
@@ -273,6 +272,24 @@ def test_division_by_a_row_value(cols, tmp_path, unsplit):
     names, _ = run_compiled(lambda x: (x / x.sum(-1, keepdim=True), x / (2 * x.abs().amax(-1, keepdim=True))),
                             x, tmp_path=tmp_path)
     assert len(names) == 1 and names[0].startswith(kind(cols) + "_"), names
+
+
+def test_a_quotient_recomputed_in_another_kernel_is_the_same():
+    """A max's backward finds the maximum by equality with a quotient recomputed in a
+    pointwise kernel; the forward's reduction kernel must have divided the same way
+    (it multiplied by a per-row reciprocal: columns lost their gradient). And a
+    subnormal per-row divisor divides as IEEE division does (its reciprocal was inf)."""
+    def fn(x):
+        return (x / x.std(0, keepdim=True)).amax(0)
+
+    x = torch.randn(64, 8)
+    leaf, eager_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch.compile(fn, backend="inductor_lite")(leaf).sum().backward()
+    fn(eager_leaf).sum().backward()
+    torch.testing.assert_close(leaf.grad, eager_leaf.grad)  # before: columns of zeros
+    tiny = torch.rand(8, 100) * 1e-41
+    check_outputs(torch.compile(lambda x: x / x.sum(-1, keepdim=True), backend="inductor_lite")(tiny),
+                  lambda x: x / x.sum(-1, keepdim=True), (tiny,))
 
 
 @pytest.mark.parametrize("cols", ALL_COLS)

@@ -813,12 +813,6 @@ class KernelCodegen(OpsHandler):
         x = self._typed(x)
         return self._emit(template.format(x=x), dtype or x.dtype)
 
-    def _is_per_row(self, x: CSEVar) -> bool:
-        """Whether ``x`` is one value per row of a reduction kernel (constant along r, not
-        a scalar: a literal or a size is the same everywhere, not a row's value)."""
-        dims = self._dims(x)
-        return self.is_reduction and bool(dims) and RFLAT not in dims
-
     def add(self, a, b):
         return self._binary("{a} + {b}", a, b)
 
@@ -829,14 +823,9 @@ class KernelCodegen(OpsHandler):
         return self._binary("{a} * {b}", a, b)
 
     def truediv(self, a, b):
-        # Dividing every element of a row by one per-row value (softmax's sum, a mean's
-        # count) multiplies by its reciprocal, taken once a row: an IEEE division costs
-        # a dozen instructions, bounding 16-bit kernels heavy in math, where a multiply
-        # costs one. Within 1.5 ulp of the quotient (Triton's ``/`` is within 2), but a
-        # divisor under 2**-126 in magnitude makes the reciprocal infinite.
-        if (a.dtype == torch.float32 and RFLAT in self._dims(a) and self._is_per_row(b)
-                and b.dtype == torch.float32):
-            return self.mul(a, self._binary("{a} / {b}", self.constant(1.0, torch.float32), b))
+        # IEEE division in every kernel, as eager's tensor-by-tensor division: a quotient
+        # that one kernel computes and another recomputes (a max's backward finds the
+        # maximum by equality) must come out the same in both
         return self._binary("{a} / {b}", a, b)
 
     def truncdiv(self, a, b):
