@@ -292,6 +292,21 @@ def test_a_quotient_recomputed_in_another_kernel_is_the_same():
                   lambda x: x / x.sum(-1, keepdim=True), (tiny,))
 
 
+@pytest.mark.parametrize("fn", [lambda x, c: (x * c).amax(-1), lambda x, c: (x.abs() + c).amax(-1)],
+                         ids=["mul", "abs_add"])
+def test_bf16_max_backward_compares_rounded_values(fn):
+    """A bf16 max's backward finds the maximum by equality between the stored (rounded)
+    maximum and the recomputed input, which a kernel keeps in fp32: the comparison
+    rounds it first, as eager's bf16 tensor is (unrounded, no element matched and every
+    gradient was NaN)."""
+    x, c = randn(4, 300, dtype=torch.bfloat16), randn(300, dtype=torch.bfloat16)
+    leaves, eager_leaves = [t.clone().requires_grad_() for t in (x, c)], [t.clone().requires_grad_() for t in (x, c)]
+    torch.compile(fn, backend="inductor_lite")(*leaves).sum().backward()
+    fn(*eager_leaves).sum().backward()
+    for got, want in zip(leaves, eager_leaves):
+        torch.testing.assert_close(got.grad, want.grad, atol=2e-2, rtol=2e-2)
+
+
 @pytest.mark.parametrize("cols", ALL_COLS)
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
 def test_integer_sums_are_exact(dtype, cols, tmp_path, unsplit):

@@ -286,6 +286,7 @@ class KernelCodegen(OpsHandler):
         self._tmp_ids = itertools.count()
         self.helpers: list[str] = []  # functions defined at the top of the kernel (scan combines)
         self.unrounded: dict[str, CSEVar] = {}  # fp16/bf16 value -> the fp32 value it rounds
+        self.widened_from: dict[str, torch.dtype] = {}  # fp32 value -> the fp16/bf16 dtype it is exact in
         self.reduction_results: set[str] = set()
         self.index_values: dict[str, Expr] = {}  # value name -> the index expression it holds
         # mix-order kernels: lines before and after a program's loop over its rows
@@ -779,11 +780,15 @@ class KernelCodegen(OpsHandler):
         if (dtype in (torch.float16, torch.bfloat16) and x.dtype == torch.float32
                 and not config.emulate_precision_casts):
             self.unrounded[out.text] = x
+        if dtype == torch.float32 and x.dtype in (torch.float16, torch.bfloat16):
+            self.widened_from[out.text] = x.dtype
         return out
 
     def round_to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
         if x.is_literal or x.dtype == dtype:
             return self.to_dtype(self.to_dtype(x, dtype), x.dtype)
+        if self.widened_from.get(x.text) == dtype:  # a value of ``dtype`` already
+            return x
         return self._emit(f"{x}.to({dsl_dtype(dtype)}).to({dsl_dtype(x.dtype)})", x.dtype)
 
     def where(self, cond: CSEVar, a: CSEVar, b: CSEVar) -> CSEVar:

@@ -264,21 +264,23 @@ def symbolic_float(expr: Expr):
 LOW_PRECISION_FLOATS = (torch.float16, torch.bfloat16)
 
 
-def _round_scalar_operand(x: Any, size: Sequence[Expr], common: torch.dtype,
-                          compute: torch.dtype) -> Callable[[Sequence[Expr]], Any]:
+def _rounded_operand(x: Any, size: Sequence[Expr], common: torch.dtype,
+                     compute: torch.dtype) -> Callable[[Sequence[Expr]], Any]:
     """The loader (in ``compute``) of operand ``x`` of an op whose operands eager first
-    casts to their ``common`` dtype (fp16 or bf16): a number is rounded here, a 0-dim
-    tensor of a wider dtype is rounded per element."""
+    casts to their ``common`` dtype (fp16 or bf16): a number is rounded here, a tensor
+    per element (a 0-dim tensor of a wider dtype, an int16 tensor; and a computed
+    fp16/bf16 value, which a kernel keeps unrounded in fp32: a max's backward compares
+    ``x * c`` with the stored, rounded maximum)."""
     if isinstance(x, (float, int, sympy.Number)) and not isinstance(x, bool):
         return loader(float(torch.tensor(float(x), dtype=common)), size, compute)
     load = loader(x, size, compute)
-    if isinstance(x, IRNode) and x.get_dtype().itemsize > common.itemsize:
+    if isinstance(x, IRNode) and x.get_dtype() != torch.bool and x.get_dtype().itemsize >= common.itemsize:
         return lambda index: ops.round_to_dtype(load(index), common)
     return load
 
 
 def make_pointwise(ctx: LoweringContext, operands: Sequence[Any], fn: Callable[..., Any],
-                   kind: Kind = Kind.DEFAULT, round_scalars: bool = False) -> StorageBox:
+                   kind: Kind = Kind.DEFAULT, round_operands: bool = False) -> StorageBox:
     """Elementwise ``fn(dtype, *values)`` over broadcast ``operands``.
 
     ``fn`` receives the operands converted to the computation dtype and returns a
@@ -286,15 +288,15 @@ def make_pointwise(ctx: LoweringContext, operands: Sequence[Any], fn: Callable[.
     the node's output dtype. Kernels keep fp16/bf16 values in fp32 (the stored result
     alone is rounded), so a Python float or 0-dim fp32 operand of an fp16/bf16 op keeps
     its fp32 value, as eager's add, mul and div (which read it in fp32) do;
-    ``round_scalars=True`` rounds such operands to the operands' common dtype first, as
-    eager's comparisons, ``fmod`` and ``remainder`` do on CPU and CUDA (``x == 0.1`` is
-    True for the bf16 value of 0.1).
+    ``round_operands=True`` rounds such operands, and computed fp16/bf16 values, to the
+    operands' common dtype first, as eager's comparisons, ``fmod`` and ``remainder`` do
+    on CPU and CUDA (``x == 0.1`` is True for the bf16 value of 0.1).
     """
     compute, _ = promote(kind, *operands)
     out_dtype, size = ctx.out_dtype, ctx.out_size
-    common = promote(Kind.DEFAULT, *operands)[1] if round_scalars else None
+    common = promote(Kind.DEFAULT, *operands)[1] if round_operands else None
     if common in LOW_PRECISION_FLOATS:
-        loaders = [_round_scalar_operand(x, size, common, compute) for x in operands]
+        loaders = [_rounded_operand(x, size, common, compute) for x in operands]
     else:
         loaders = [loader(x, size, compute) for x in operands]
     fn_dtype = torch.bool if kind == Kind.ALWAYS_BOOL else compute
@@ -306,18 +308,18 @@ def make_pointwise(ctx: LoweringContext, operands: Sequence[Any], fn: Callable[.
 
 
 def register_pointwise(targets, fn: Callable[..., Any], kind: Kind = Kind.DEFAULT, nargs: Optional[int] = None,
-                       round_scalars: bool = False):
+                       round_operands: bool = False):
     """Register ``fn(dtype, *values)`` as the lowering of elementwise ``targets``.
 
     The first ``nargs`` positional arguments (all when None) are the operands;
-    ``round_scalars`` as in `make_pointwise`.
+    ``round_operands`` as in `make_pointwise`.
     """
 
     def lowering(ctx, *args, **kwargs):
         if kwargs:
             raise NoLowering(f"unexpected keyword arguments {sorted(kwargs)}")
         operands = args if nargs is None else args[:nargs]
-        return make_pointwise(ctx, operands, fn, kind, round_scalars)
+        return make_pointwise(ctx, operands, fn, kind, round_operands)
 
     register_lowering(*targets)(lowering)
     return lowering

@@ -131,8 +131,8 @@ def _lower_div(ctx, a, b, rounding_mode=None):
 
 register_pointwise([aten.floor_divide.default, aten.floor_divide.Scalar], _floordiv)
 register_pointwise([aten.remainder.Tensor, aten.remainder.Scalar], lambda dt, x, y: ops.remainder(x, y),
-                   round_scalars=True)
-register_pointwise([aten.fmod.Tensor, aten.fmod.Scalar], lambda dt, x, y: ops.fmod(x, y), round_scalars=True)
+                   round_operands=True)
+register_pointwise([aten.fmod.Tensor, aten.fmod.Scalar], lambda dt, x, y: ops.fmod(x, y), round_operands=True)
 register_pointwise([aten.atan2], lambda dt, x, y: ops.atan2(x, y), Kind.INT_TO_FLOAT)
 
 
@@ -355,7 +355,7 @@ register_pointwise([aten.clamp_max.default, aten.clamp_max.Tensor], _minimum)
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
     register_pointwise([getattr(aten, _name).Tensor, getattr(aten, _name).Scalar],
                        (lambda op: lambda dt, x, y: getattr(ops, op)(x, y))(_name), Kind.ALWAYS_BOOL,
-                       round_scalars=True)
+                       round_operands=True)
 
 
 def _as_bool(dt, x):
