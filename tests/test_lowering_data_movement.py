@@ -220,6 +220,32 @@ def test_negative_roll_dynamic_shapes():
     torch.testing.assert_close(x.grad, x_ref.grad)
 
 
+def test_symbolic_negative_positions_count_from_the_end():
+    """Under dynamic shapes ``x[:, -b:]`` slices from a symbolic ``-s0``: its backward
+    (``slice_backward``), ``slice_scatter``, ``select_backward`` and ``select_scatter``
+    count it from the end, as a literal negative position (the slice's backward read out
+    of bounds; the selects silently left the column alone)."""
+    def sliced(x, b):
+        return x[:, -b:] * 2
+
+    def scatters(x, s, t, b):
+        return (torch.select_scatter(x, s, 1, -b), torch.slice_scatter(x, t, 1, -b),
+                torch.ops.aten.select_backward(s, list(x.shape), 1, -b))
+
+    fn = torch.compile(sliced, backend="inductor_lite", dynamic=True)
+    fn_scatters = torch.compile(scatters, backend="inductor_lite", dynamic=True)
+    for n, b in ((8, 2), (10, 3), (6, 1)):
+        x = torch.randn(2, n, requires_grad=True)
+        x_ref = x.detach().clone().requires_grad_()
+        fn(x, b).sum().backward()
+        sliced(x_ref, b).sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, rtol=0, atol=0)
+        args = (torch.randn(2, n), torch.randn(2), torch.randn(2, b), b)
+        for got, want in zip(fn_scatters(*args), scatters(*args)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert inductor_lite.counters["graphs_fallback"] == 0
+
+
 def test_broadcast_of_a_symbolic_size_that_is_one():
     """Under dynamic shapes a size can be 1 without being the literal 1 (a diagonal of
     ``Min(1, s0 - 1)`` elements): broadcast against a longer operand, it must read its

@@ -16,7 +16,8 @@ from ..ir.indexing import Expr, as_expr, flat_to_vars, known_equal, product, var
 from ..ir.ops import ops
 from .constructors import fill
 from .lowerings import (
-    LOWERINGS, NoLowering, const, in_range, int_value, loader, normalize_dim, normalize_slice, register_lowering,
+    LOWERINGS, NoLowering, const, counts_from_end, in_range, int_value, loader, normalize_dim, normalize_slice,
+    register_lowering,
 )
 
 aten = torch.ops.aten
@@ -63,7 +64,7 @@ def _select_embed(ctx, base, src, dim, index):
     size, dtype = ctx.out_size, ctx.out_dtype
     dim = normalize_dim(dim, len(size))
     index = as_expr(index)
-    if index.is_number and index < 0:
+    if counts_from_end(index):
         index = size[dim] + index
     load_src = loader(src, src.get_size(), dtype)
     load_base = loader(base, size, dtype) if base is not None else (lambda idx: const(0, dtype))

@@ -355,6 +355,18 @@ def normalize_dim(dim: int, rank: int) -> int:
     return dim % max(rank, 1)
 
 
+def counts_from_end(index: Expr) -> bool:
+    """Whether a position (a slice bound, a ``select`` index) is negative, so that it
+    counts from the end of its dimension: decided by sympy (``-s0`` for a size symbol
+    ``s0``), or else at the shape environment's example sizes, on which torch's own
+    check of the sign guarded the graph (``x[:, -b:]`` under ``dynamic=True``)."""
+    index = as_expr(index)
+    if index.is_negative is not None:
+        return bool(index.is_negative)
+    hint = index.xreplace(shape_env_values())
+    return bool(hint.is_number and hint < 0)
+
+
 def normalize_slice(size: Expr, start, end, step) -> tuple[Expr, Expr, Expr]:
     """Clamp ``start``/``end`` of a slice of a dimension of ``size`` as torch does."""
     size = as_expr(size)
@@ -363,7 +375,7 @@ def normalize_slice(size: Expr, start, end, step) -> tuple[Expr, Expr, Expr]:
         if v is None:
             return default
         v = as_expr(v)
-        if v.is_number and v < 0:
+        if counts_from_end(v):
             v = size + v
         if v.is_number and size.is_number:
             v = sympy.Integer(min(max(int(v), 0), int(size)))
