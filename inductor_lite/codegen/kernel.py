@@ -736,18 +736,16 @@ class KernelCodegen(OpsHandler):
 
     def index_expr(self, expr: Expr, dtype: torch.dtype) -> CSEVar:
         expr = sympy.sympify(expr)
-        if not expr.is_number:
-            simplified = self.simplify(expr)  # the kernel's ranges may make it a number
-            expr = simplified if simplified.is_number else expr
-        if expr.is_number:
-            return self.constant(int(expr), dtype)
+        simplified = expr if expr.is_number else self.simplify(expr)  # the ranges may make it a number
+        if simplified.is_number:
+            return self.constant(int(simplified), dtype)
         text = f"({self.index_str(expr)})"
         if dtype == torch.int64 and self.index_dtype == torch.int32:
             # needs_int64 proved every index value fits int32: skip the widening
             var = self._emit(text, torch.int32)
         else:
             var = self._emit(f"{text}.to({dsl_dtype(dtype)})", dtype)
-        self.index_values[var.text] = self.simplify(expr)
+        self.index_values[var.text] = simplified
         return var
 
     def indirect_indexing(self, x: CSEVar, size: Expr, check: bool = True, wrap_neg: bool = True) -> sympy.Symbol:

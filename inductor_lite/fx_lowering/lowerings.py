@@ -32,7 +32,7 @@ from torch._prims_common import elementwise_dtypes
 
 from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, ToFloat
 
-from ..ir.indexing import Expr, as_expr, known_equal, shape_env_values
+from ..ir.indexing import Expr, as_expr, known_equal, shape_env_size_hint
 from ..ir.nodes import GenericView, IRNode, Pointwise, StorageBox
 from ..ir.ops import ops
 
@@ -196,9 +196,8 @@ def is_broadcast(in_size: Expr, out_size: Expr) -> bool:
     # runs at every evaluation of a loader's index
     if in_size == out_size or sympy.sympify(in_size).is_number or known_equal(in_size, out_size):
         return False
-    hints = shape_env_values()
-    a, b = (sympy.sympify(x).xreplace(hints) for x in (in_size, out_size))
-    return a == 1 and b != 1
+    hint = shape_env_size_hint()
+    return hint(in_size) == 1 and hint(out_size) != 1
 
 
 def broadcast_index(index: Sequence[Expr], in_size: Sequence[Expr], out_size: Sequence[Expr]) -> list[Expr]:
@@ -363,8 +362,7 @@ def counts_from_end(index: Expr) -> bool:
     index = as_expr(index)
     if index.is_negative is not None:
         return bool(index.is_negative)
-    hint = index.xreplace(shape_env_values())
-    return bool(hint.is_number and hint < 0)
+    return shape_env_size_hint()(index) < 0
 
 
 def normalize_slice(size: Expr, start, end, step) -> tuple[Expr, Expr, Expr]:
