@@ -473,6 +473,64 @@ def test_fast_dividef_is_an_approximate_division():
     assert "div.rn.f64" in ptx and "approx" not in ptx
 
 
+@dl.kernel
+def divide_rows_kernel(x_ptr, d_ptr, out_ptr, cols, XBLOCK: dl.constexpr, RBLOCK: dl.constexpr):
+    # Every register of a row divides by the row's one divisor register.
+    row = dl.program_id(0) * XBLOCK + dl.arange(0, XBLOCK)[:, None]
+    col = dl.program_id(1) * RBLOCK + dl.arange(0, RBLOCK)[None, :]
+    d = dl.load(d_ptr + row)
+    dl.store(out_ptr + row * cols + col, dl.load(x_ptr + row * cols + col) / d)
+
+
+def _f32(bits: int) -> float:
+    return torch.tensor([bits], dtype=torch.int32).view(torch.float32).item()
+
+
+def _check_divide_rows(x: torch.Tensor, d: torch.Tensor) -> None:
+    rows, cols = x.shape
+    out = torch.full_like(x, float("nan"))
+    divide_rows_kernel[(rows // 2, cols // 1024)](x, d, out, cols, XBLOCK=2, RBLOCK=1024, num_warps=4)
+    want = x / d[:, None]  # eager CUDA: div.rn.f32
+    same = (out.view(torch.int32) == want.view(torch.int32)) | (out.isnan() & want.isnan())
+    bad = (~same).nonzero()
+    assert bad.numel() == 0, [(x[r, c].item(), d[r].item(), out[r, c].item(), want[r, c].item())
+                              for r, c in bad[:5].tolist()]
+
+
+@pytest.mark.gpu
+def test_division_by_a_shared_divisor_is_ieee_division_on_gpu():
+    """A divisor shared by a thread's registers takes one reciprocal and Markstein's
+    correction an element (`ScalarCodegen.divide`); the quotient must be div.rn's to
+    the bit: over every mantissa at the domain's edges, for divisors of every kind
+    (inside the fast domain, on and just past its edges, negative, zero, subnormal,
+    infinite, NaN), and for dividends that leave it (signed zeros, subnormals,
+    infinities, NaNs, tiny and huge values) beside rows that stay in it."""
+    torch.manual_seed(0)
+    # 1. Every mantissa: x in [1, 2) scaled to the domain's extremes, over divisors
+    # with many mantissas and exponents (quotients from 2**-100 to 2**120).
+    mant = (torch.arange(2 ** 23, dtype=torch.int32) | 0x3F800000).view(torch.float32).cuda()
+    d_mant = torch.cat([torch.tensor([1.0, _f32(0x3F800001), _f32(0x3FFFFFFF), 1.5, 1.25]),
+                        1 + torch.rand(27)])
+    for x_scale, d_scale in ((1.0, 1.0), (2.0 ** -80, 2.0 ** 19), (2.0 ** 99, 2.0 ** -20), (-(2.0 ** 60), 3.0)):
+        d = (d_mant * d_scale).cuda()
+        x = (mant * x_scale).expand(len(d), -1).contiguous()
+        x[1::2] = -x[1::2]
+        _check_divide_rows(x, d)
+    # 2. Special divisors, each over a row of in-domain dividends (with signed zeros)
+    # and a row of special ones.
+    specials = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 2.0 ** -80, _f32(0x177FFFFF), 2.0 ** 100,
+                _f32(0x71800001), 1e-40, -1e-40, 3.4e38, 1.17e-38, 1e-45, 7.0, -1.0]
+    cols = 4096
+    in_domain = torch.randn(cols) * torch.exp2(torch.randint(-70, 90, (cols,)).float())
+    in_domain[::7], in_domain[3::7] = 0.0, -0.0
+    special = torch.tensor(specials * (cols // len(specials))) * torch.where(torch.rand(cols) < 0.5, 1.0, -1.0)
+    divisors = [1.0, 3.0, -3.0, 2.0 ** -20, 2.0 ** 20, _f32(0x357FFFFF), _f32(0x49800001), 0.0, -0.0,
+                float("inf"), float("nan"), 1e-40, 1e30, 1e-30, 0.1, 1024.0]
+    x = torch.stack([in_domain, special] * len(divisors)).cuda()
+    d = torch.tensor([v for v in divisors for _ in (0, 1)]).cuda()
+    _check_divide_rows(x, d)
+
+
 def _row_var(x_ptr, var_ptr, RBLOCK: dl.constexpr, WEIGHT: dl.constexpr):
     col = dl.arange(0, RBLOCK)
     x = dl.load(x_ptr + col)

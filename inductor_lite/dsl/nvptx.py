@@ -501,6 +501,10 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, ScanCodegen, Pipeli
         if isinstance(a.type.element, ir.PointerType) or isinstance(c.type.element, ir.PointerType):
             return self._pointer_arith(op, layout)
         t = a.type.element
+        if kind == "truediv" and t == ir.float32:
+            regs = [self.operand_regs(o, layout) for o in (a, c)]
+            n = max(map(len, regs))
+            return self.divide(*(r * n if len(r) == 1 else r for r in regs), name=name)
         return self._elementwise(op, layout, lambda x, y: self.binary(kind, x, y, t, name))
 
     def _pointer_arith(self, op, layout):

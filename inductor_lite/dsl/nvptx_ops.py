@@ -145,6 +145,8 @@ class ScalarCodegen:
     b: llir.IRBuilder
     module: llir.Module
     ftz: bool
+    # Registers that `divide` tests and branches on together.
+    DIVIDE_CHUNK = 8
 
     # -- declarations -------------------------------------------------------------
     def declare(self, name: str, ret: llir.Type, args: list[llir.Type]) -> llir.Function:
@@ -281,6 +283,95 @@ class ScalarCodegen:
             clamped = b.select(too_far, llir.Constant(a.type, t.bits - 1), c)
             return b.ashr(a, clamped, name=name)
         return b.select(too_far, llir.Constant(a.type, 0), b.lshr(a, c), name=name)
+
+    def divide(self, a: list[llir.Value], c: list[llir.Value], name: str = "") -> list[llir.Value]:
+        """``a[i] / c[i]`` for fp32 registers, each an IEEE division (``div.rn.f32``)
+        to the bit, signed zeros, infinities and NaNs included.
+
+        Where several registers share one divisor register (softmax's ``e / sum``: a
+        row's divisor broadcast over the row's elements), the division is done as
+        Markstein's correction of a product by the divisor's reciprocal, the reciprocal
+        taken once per divisor: four fp32 instructions an element against ``div.rn``'s
+        reciprocal, five fmas and range check (sm_90 SASS). Per divisor ``d``:
+        ``y = RN(1/d)``, ``y_hi = RD(1/d)`` and ``y_lo = RN((1 - d*y_hi) * y_hi) >= 0``
+        (``y_hi + y_lo`` is ``1/d`` to about 2**-46); per element ``x``:
+
+        - ``q0 = fma(x, y_hi, x * y_lo)``: within half an ulp plus 2**-46 of ``x/d``,
+          so faithful (one of the two floats around ``x/d``);
+        - ``r = fma(q0, d, -x)``: exactly ``d*q0 - x`` (a faithful quotient's remainder
+          is a float);
+        - ``q = fma(-r, y, q0)``: ``RN(x/d)`` by Markstein's theorem (Muller et al.,
+          *Handbook of Floating-Point Arithmetic*, 2nd ed., Theorem 4.10: ``q0``
+          faithful and ``y`` within a relative 2**-24 of ``1/d``), with no underflow
+          or overflow on the way.
+
+        That holds, and zeros keep their sign (``y_lo >= 0`` and the negated remainder
+        make ``x = -0`` give ``-0``), on the domain ``2**-20 <= d <= 2**20`` and
+        ``x == 0`` or ``2**-80 <= |x| <= 2**100``: the quotient and every intermediate
+        stay normal with margin. A thread whose registers leave the domain (a NaN, an
+        infinity, a tiny ``x``, a negative divisor) branches to ``div.rn`` for all of
+        them, one test and branch per `DIVIDE_CHUNK` registers. Kernels that flush
+        subnormals (``ftz``) divide with ``fdiv`` everywhere.
+        """
+        b = self.b
+        shared = {}
+        for d in c:
+            shared.setdefault(id(d), d)
+        if self.ftz or a[0].type != F32 or len(c) < 4 * len(shared):
+            return [b.fdiv(x, d, name=name) for x, d in zip(a, c)]
+        one = llir.Constant(F32, 1.0)
+        recips, d_ok = {}, None
+        for key, d in shared.items():
+            y = b.fdiv(one, d)
+            y_hi = self.call("llvm.nvvm.rcp.rm.f", F32, [d])
+            e = self.call("llvm.fma.f32", F32, [b.fneg(d), y_hi, one])
+            recips[key] = (y, y_hi, b.fmul(e, y_hi))
+            # ordered compares: a NaN divisor fails; a negative one too (lo > 0)
+            ok = b.and_(b.fcmp_ordered(">=", d, llir.Constant(F32, 2.0 ** -20)),
+                        b.fcmp_ordered("<=", d, llir.Constant(F32, 2.0 ** 20)))
+            d_ok = ok if d_ok is None else b.and_(d_ok, ok)
+        out = []
+        # A branch per chunk of registers: the dividends stay live for the exact path
+        # beside the fast quotients only a chunk at a time (a row of 64 registers a
+        # thread spilled when tested as one).
+        for start in range(0, len(a), self.DIVIDE_CHUNK):
+            out += self._divide_chunk(a[start:start + self.DIVIDE_CHUNK], c[start:start + self.DIVIDE_CHUNK],
+                                      recips, d_ok, name)
+        return out
+
+    def _divide_chunk(self, a, c, recips, ok, name):
+        """`divide`'s fast quotients of registers ``a`` by ``c``, or ``div.rn`` for all
+        of them where one leaves the domain (or ``ok``, the divisors' test, fails)."""
+        b = self.b
+
+        def within(v, lo, hi):
+            av = self.call("llvm.fabs.f32", F32, [v])
+            return b.and_(b.fcmp_ordered(">=", av, llir.Constant(F32, lo)),
+                          b.fcmp_ordered("<=", av, llir.Constant(F32, hi)))
+
+        fast = []
+        for x, d in zip(a, c):
+            y, y_hi, y_lo = recips[id(d)]
+            q0 = self.call("llvm.fma.f32", F32, [x, y_hi, b.fmul(x, y_lo)])
+            r = self.call("llvm.fma.f32", F32, [q0, d, b.fneg(x)])
+            fast.append(self.call("llvm.fma.f32", F32, [b.fneg(r), y, q0]))
+            x_ok = b.or_(within(x, 2.0 ** -80, 2.0 ** 100), b.fcmp_ordered("==", x, llir.Constant(F32, 0.0)))
+            ok = b.and_(ok, x_ok)
+        fast_block = b.block
+        slow_block = b.function.append_basic_block(f"{name or 'div'}.exact")
+        done = b.function.append_basic_block(f"{name or 'div'}.done")
+        b.cbranch(ok, done, slow_block)
+        b.position_at_end(slow_block)
+        slow = [b.fdiv(x, d) for x, d in zip(a, c)]
+        b.branch(done)
+        b.position_at_end(done)
+        out = []
+        for f, s in zip(fast, slow):
+            phi = b.phi(F32, name=name)
+            phi.add_incoming(f, fast_block)
+            phi.add_incoming(s, slow_block)
+            out.append(phi)
+        return out
 
     def compare(self, pred: str, a: llir.Value, c: llir.Value, t: ir.ElementType, name: str = "") -> llir.Value:
         """``a <pred> c`` -> i1; float compares are ordered except ``ne``."""
