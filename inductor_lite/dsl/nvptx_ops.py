@@ -311,13 +311,16 @@ class ScalarCodegen:
         stay normal with margin. A thread whose registers leave the domain (a NaN, an
         infinity, a tiny ``x``, a negative divisor) branches to ``div.rn`` for all of
         them, one test and branch per `DIVIDE_CHUNK` registers. Kernels that flush
-        subnormals (``ftz``) divide with ``fdiv`` everywhere.
+        subnormals (``ftz``) divide with ``fdiv`` everywhere, and so does a constant
+        divisor (LLVM multiplies by an exact reciprocal of a power of two; the
+        correction is measured only for divisors computed in the kernel).
         """
         b = self.b
         shared = {}
         for d in c:
             shared.setdefault(id(d), d)
-        if self.ftz or a[0].type != F32 or len(c) < 4 * len(shared):
+        if (self.ftz or a[0].type != F32 or len(c) < 4 * len(shared)
+                or any(isinstance(d, llir.Constant) for d in shared.values())):
             return [b.fdiv(x, d, name=name) for x, d in zip(a, c)]
         one = llir.Constant(F32, 1.0)
         recips, d_ok = {}, None
