@@ -29,8 +29,10 @@ A forward whose graph passes changed its outputs' strides (`fx_passes.pad_mm`) r
 them to AOTAutograd again when loaded (`backend.report_output_strides`), as Inductor's
 loaded graphs do. Not cached (``BypassAOTAutogradCache`` when saving, counted by torch
 under ``aot_autograd.autograd_cache_bypass``): a graph that fell back to eager, a graph
-threading effect tokens (``with_effects``: loaded, AOTAutograd passes it none); CUDA-graph
-modes do not use the cache at all (their trees are built per process).
+threading effect tokens (``with_effects``: loaded, AOTAutograd passes it none). In
+CUDA-graph modes the entry keeps the graph's `CUDAGraphPlan` (decided when compiled:
+plain launches and why, or the inputs read in place), and a load puts the graph under
+a new `CUDAGraphRunner` as compiling did: recordings are per process.
 
 Entries live under ``INDUCTOR_LITE_CACHE_DIR/aotautograd`` (AOTAutograd's directory
 is redirected while our backend runs, `_entries_in`: a compile on another thread at
@@ -62,6 +64,7 @@ from .counters import counters
 from .fx_lowering.decompositions import decomposition_table
 from .fx_lowering.graph import graph_constants
 from .runtime import graph_cache
+from .runtime.cudagraphs import CUDAGraphPlan, CUDAGraphRunner, apply_plan
 
 
 @dataclasses.dataclass
@@ -77,6 +80,8 @@ class CachedOutputCode(OutputCode):
         bypass: why the graph must not be cached, or None.
         output_strides: the outputs' strides when graph passes changed them (reported
             to AOTAutograd again on a load, as when compiling), or None.
+        cudagraph_plan: in a CUDA-graph mode, how the graph runs (`CUDAGraphPlan`,
+            applied again on a load), else None.
         constants: the graph's tensor constants by wrapper name (set when saving).
         graph: the pickled aten graph, for the eager fallback (set when saving).
         gm: the aten graph while in memory.
@@ -91,6 +96,7 @@ class CachedOutputCode(OutputCode):
     extern_ops: dict = dataclasses.field(default_factory=dict)
     bypass: Optional[str] = None
     output_strides: Optional[list] = None
+    cudagraph_plan: Optional[CUDAGraphPlan] = None
     constants: dict = dataclasses.field(default_factory=dict)
     graph: Optional[bytes] = None
     gm: Optional[torch.fx.GraphModule] = None
@@ -117,8 +123,13 @@ class CachedOutputCode(OutputCode):
         from .backend import CompiledGraph, count_kernels
 
         call, _ = load_module(WrapperCode(self.source, [], self.constants))
-        self.compiled = CompiledGraph(call, _PickledGraph(self.graph), self.source, self.name, self.mode,
-                                      self.options, self.kernels, self.extern_ops)
+        graph = CompiledGraph(call, _PickledGraph(self.graph), self.source, self.name, self.mode,
+                              self.options, self.kernels, self.extern_ops)
+        graph.cudagraph_plan = self.cudagraph_plan
+        self.compiled = graph
+        if self.cudagraph_plan is not None:
+            with config.patch(**self.options):  # options may turn on the cudagraphs log
+                self.compiled = apply_plan(self.cudagraph_plan, graph, self.name)
         if self.output_strides is not None:
             from .backend import report_output_strides
 
@@ -161,16 +172,14 @@ def key_tag(mode: str, options: dict) -> str:
     return f"inductor_lite-{digest}"
 
 
-def enabled(mode: str) -> bool:
-    """Whether graphs compiled in ``mode`` go through AOTAutograd's cache: not when
-    ``config.disable_cache`` is set, ``mode`` uses CUDA graphs, or torch's switches
-    turn the cache off (``torch._functorch.config.enable_autograd_cache``,
+def enabled() -> bool:
+    """Whether compiled graphs go through AOTAutograd's cache: not when
+    ``config.disable_cache`` is set or torch's switches turn the cache off
+    (``torch._functorch.config.enable_autograd_cache``,
     ``torch.compiler.config.force_disable_caches``). Only then are the compilers
     `serializable`: torch 2.11 saves a serializable compiler's graph in the unbundled
     form, which ours cannot take, whenever the bundled flag is off."""
-    from .runtime.cudagraphs import uses_cudagraphs
-
-    return (not config.disable_cache and not uses_cudagraphs(mode) and torch._functorch.config.enable_autograd_cache
+    return (not config.disable_cache and torch._functorch.config.enable_autograd_cache
             and not torch.compiler.config.force_disable_caches)
 
 
@@ -179,7 +188,7 @@ def caching(mode: str, options: dict) -> Iterator[None]:
     """Turn on AOTAutograd's bundled cache for our graphs while the backend runs, when
     `enabled` (call with the options applied to `config`); a tag the user set
     (``TORCH_COMPILE_CACHE_KEY_TAG``) is kept in ours."""
-    if not enabled(mode):
+    if not enabled():
         yield
         return
     user_tag = torch.compiler.config.cache_key_tag
@@ -203,16 +212,19 @@ def _entries_in(directory: str) -> Iterator[None]:
 
 def output_code(compiled: Callable, gm: torch.fx.GraphModule) -> CachedOutputCode:
     """A compiled graph as a `CachedOutputCode` (``compiled``: a `backend.CompiledGraph`,
-    or another callable when the graph runs eagerly, which is never cached)."""
-    source = getattr(compiled, "source", None)
+    possibly under a `CUDAGraphRunner`, or another callable when the graph runs eagerly,
+    which is never cached)."""
+    graph = compiled.compiled if isinstance(compiled, CUDAGraphRunner) else compiled
+    source = getattr(graph, "source", None)
     bypass = None if source is not None else "the graph runs eagerly"
     if any(node.target is torch.ops.higher_order.with_effects for node in gm.graph.nodes):
         # a loaded graph's runtime wrappers pass it no effect token (they expect Inductor's, which unlifts them)
         bypass = "the graph threads effect tokens (with_effects)"
-    return CachedOutputCode(compiled=compiled, source=source, name=getattr(compiled, "name", ""),
-                            mode=getattr(compiled, "mode", "default"), options=getattr(compiled, "options", {}),
-                            kernels=tuple(getattr(compiled, "kernels", ())),
-                            extern_ops=dict(getattr(compiled, "extern_ops", {})),
+    return CachedOutputCode(compiled=compiled, source=source, name=getattr(graph, "name", ""),
+                            mode=getattr(graph, "mode", "default"), options=getattr(graph, "options", {}),
+                            kernels=tuple(getattr(graph, "kernels", ())),
+                            extern_ops=dict(getattr(graph, "extern_ops", {})),
                             bypass=bypass,
-                            output_strides=getattr(compiled, "output_strides", None), gm=gm)
+                            output_strides=getattr(graph, "output_strides", None),
+                            cudagraph_plan=getattr(graph, "cudagraph_plan", None), gm=gm)
 

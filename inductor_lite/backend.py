@@ -49,7 +49,7 @@ from .fx_passes import run_joint_passes, run_passes
 from .fx_passes.common import GRAPH_KIND, USER_OUTPUTS, refresh_downstream
 from .logs import log_artifact
 from .runtime import compile_pool
-from .runtime.cudagraphs import cudagraphify, uses_cudagraphs
+from .runtime.cudagraphs import apply_plan, plan_cudagraphs, uses_cudagraphs
 from .runtime.graph_cache import CachedGraph, default_graph_cache, shape_guard_count
 from .scheduler.scheduler import Scheduler
 
@@ -135,6 +135,8 @@ class CompiledGraph:
             to AOTAutograd, `report_output_strides`), else None.
         mode, options: how it was compiled; the `RUNTIME_OPTIONS` among ``options``
             are re-applied around a call when `config` differs from them.
+        cudagraph_plan: in a CUDA-graph mode, how it runs (`runtime.cudagraphs`
+            ``CUDAGraphPlan``), else None.
 
     After the first call, a call adds one flag check to the generated ``call`` (and,
     when runtime options were given, a comparison of them with `config`).
@@ -148,6 +150,7 @@ class CompiledGraph:
         self.kernels = kernels
         self.extern_ops = extern_ops or {}
         self.output_strides: Optional[list] = None
+        self.cudagraph_plan = None
         self.eager = eager
         self.source = source
         self.name = name
@@ -216,8 +219,9 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str, mode: str = "default",
     compiled.output_strides = strides_after if restrided else None
     counters["graphs_compiled"] += 1
     if uses_cudagraphs(mode):
+        compiled.cudagraph_plan = plan_cudagraphs(gm, kind)  # kept by AOTAutograd's cache (`aot_cache`)
         with config.patch(**options):  # options may turn on the cudagraphs log
-            return cudagraphify(compiled, gm, kind, name)
+            return apply_plan(compiled.cudagraph_plan, compiled, name)
     return compiled
 
 
@@ -337,7 +341,7 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
     mode, options = check_options(mode, options)
     with config.patch(**options):
         config.validate()
-        cached = aot_cache.enabled(mode)
+        cached = aot_cache.enabled()
         compilers = {
             kind: functools.partial(_aot_compiler, kind=kind, mode=mode, options=options, cached=cached)
             for kind in ("fw", "bw", "inference")

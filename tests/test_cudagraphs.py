@@ -118,6 +118,26 @@ def test_cpu_graphs_fall_back_counted_and_logged_in_training(logged):
     assert all("plain launches: CPU tensors" in text for _, text in logged)
 
 
+def test_cpu_graphs_load_from_the_aot_cache_with_their_plan(logged):
+    """A graph compiled in a CUDA-graph mode goes into AOTAutograd's cache with its
+    plan: after ``torch._dynamo.reset()`` forward and backward load from it, skip CUDA
+    graphs again for the same reason (counted and logged), and train as eager."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    for _ in range(2):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="inductor_lite", mode="reduce-overhead")
+        x = torch.randn(8, 16)
+        model.zero_grad()
+        compiled(x).square().sum().backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        model(x).square().sum().backward()
+        for g, p in zip(got, model.parameters()):
+            torch.testing.assert_close(g, p.grad)
+    assert counters["aot_cache_hits"] == 2 and counters["cudagraph_skips"] == 4
+    assert all("plain launches: CPU tensors" in text for _, text in logged)
+
+
 def test_cudagraphs_log_artifact_is_accepted():
     with config.patch(logs="cudagraphs"):
         assert "cudagraphs" in inductor_lite.logs.enabled_artifacts()
@@ -306,6 +326,30 @@ def test_gpu_training_matches_eager():
             torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
     assert counters["cudagraph_skips"] == 0
     assert counters["cudagraph_recordings"] >= 2 and counters["cudagraph_replays"] >= 4  # forward and backward
+
+
+@pytest.mark.gpu
+def test_gpu_training_loaded_from_the_aot_cache_replays_and_matches_eager():
+    """After ``torch._dynamo.reset()`` the forward and backward load from AOTAutograd's
+    cache and run under CUDA graphs again: recorded, replayed, and training as eager."""
+    model, reference = _mlp(), _mlp()
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    for compile_round in range(2):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="inductor_lite", mode="reduce-overhead")
+        for _ in range(4):
+            x = torch.randn(8, 64, device="cuda")
+            for m, f, opt in ((model, compiled, optimizers[0]), (reference, reference, optimizers[1])):
+                opt.zero_grad()
+                f(x).square().mean().backward()
+                opt.step()
+            for p, q in zip(model.parameters(), reference.parameters()):
+                torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
+        if compile_round == 0:
+            assert counters["aot_cache_hits"] == 0
+            recordings, replays = counters["cudagraph_recordings"], counters["cudagraph_replays"]
+    assert counters["aot_cache_hits"] == 2 and counters["cudagraph_skips"] == 0
+    assert counters["cudagraph_recordings"] > recordings and counters["cudagraph_replays"] > replays
 
 
 @pytest.mark.gpu

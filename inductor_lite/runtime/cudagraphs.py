@@ -259,18 +259,41 @@ def record_skip(name: str, reason: str) -> None:
     log_artifact("cudagraphs", f"{name}: plain launches: {reason}")
 
 
-def cudagraphify(compiled: Callable, gm: torch.fx.GraphModule, kind: str, name: str) -> Callable:
-    """``compiled`` (a boxed callable for ``gm``) under CUDA graphs, or ``compiled`` itself
-    when `skip_reason` finds a reason (counted and logged).
+@dataclasses.dataclass(frozen=True)
+class CUDAGraphPlan:
+    """How a compiled graph runs in a CUDA-graph mode, decided from its aten graph while
+    AOTAutograd compiles it (`plan_cudagraphs`). Plain data, so that a graph loaded from
+    AOTAutograd's cache (`aot_cache`) runs as it did when compiled.
 
-    Must be called while AOTAutograd compiles ``gm`` (see `static_input_indices`).
+    Attributes:
+        skip: why the graph runs with plain launches (`skip_reason`), or None.
+        static_inputs: indices of the inputs read in place (`static_input_indices`).
+        device: the CUDA device the graph runs on (``"cuda:0"``), or "" when skipped.
     """
+
+    skip: Optional[str]
+    static_inputs: tuple[int, ...] = ()
+    device: str = ""
+
+
+def plan_cudagraphs(gm: torch.fx.GraphModule, kind: str) -> CUDAGraphPlan:
+    """The `CUDAGraphPlan` of aten graph ``gm`` of ``kind`` (``fw``, ``bw`` or
+    ``inference``). Must be called while AOTAutograd compiles ``gm`` (see
+    `static_input_indices`)."""
     reason = skip_reason(gm)
     if reason is not None:
-        record_skip(name, reason)
-        return compiled
+        return CUDAGraphPlan(reason)
     (device,) = _devices(gm)
-    return CUDAGraphRunner(compiled, static_input_indices(gm, kind), name, device)
+    return CUDAGraphPlan(None, static_input_indices(gm, kind), str(device))
+
+
+def apply_plan(plan: CUDAGraphPlan, compiled: Callable, name: str) -> Callable:
+    """``compiled`` (the boxed callable of graph ``name``) under CUDA graphs as ``plan``
+    says, or ``compiled`` itself when the plan skips them (counted and logged)."""
+    if plan.skip is not None:
+        record_skip(name, plan.skip)
+        return compiled
+    return CUDAGraphRunner(compiled, plan.static_inputs, name, torch.device(plan.device))
 
 
 @dataclasses.dataclass
