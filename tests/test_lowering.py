@@ -505,3 +505,23 @@ def test_as_strided_over_computed_buffer_with_symbolic_contiguous_strides():
             torch.testing.assert_close(compiled(*args), fn(*args))
     torch._dynamo.reset()
     assert inductor_lite.counters["kernels_generated"] > 0
+
+
+@pytest.mark.parametrize("fn", [lambda x: x[..., ::2] * 2, lambda x: x[:, :, ::3] * 2,
+                                lambda x: F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True)],
+                         ids=["w_step2", "h_step3", "max_pool_dilated_ceil"])
+def test_dynamic_channels_last_outputs_keep_eager_strides(fn):
+    """Under dynamic=True the channels-last strides torch gives an output hold
+    ``Max(1, size)`` for a computed size (``(s0 + 1) // 2``): the output is still dense
+    in that order and is laid out so, as eager's (it came out contiguous)."""
+    from inductor_lite.config import config
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
+    with config.patch(fallback_on_error=False):
+        for shape in [(2, 8, 9, 11), (2, 3, 12, 7), (3, 5, 10, 10)]:
+            x = torch.randn(shape).to(memory_format=torch.channels_last)
+            got, want = compiled(x), fn(x)
+            torch.testing.assert_close(got, want)
+            assert got.stride() == want.stride()
+    torch._dynamo.reset()

@@ -32,6 +32,7 @@ from typing import Any, Optional, Sequence
 import sympy
 import torch
 import torch.utils._pytree as pytree
+from torch.utils._sympy.functions import Max as TorchMax
 
 from ..codegen.kernel import DSL_DTYPES
 from ..logs import log_artifact
@@ -108,7 +109,14 @@ def _should_realize(box: StorageBox, users: int) -> bool:
 
 
 def is_dense(size: Sequence[Expr], stride: Sequence[Expr]) -> bool:
-    """True when ``stride`` lays ``size`` out without gaps or overlap (some dim order)."""
+    """True when ``stride`` lays ``size`` out without gaps or overlap (some dim order).
+
+    torch computes a symbolic stride from ``Max(1, size)`` (so that a dim of size 0
+    keeps a positive stride); that reads as ``size`` here: where they differ the tensor
+    has no elements, and any strides lay it out densely."""
+    stride = [as_expr(s).replace(lambda e: isinstance(e, (sympy.Max, TorchMax)) and len(e.args) == 2 and 1 in e.args,
+                                 lambda e: e.args[0] if e.args[1] == 1 else e.args[1])
+              for s in stride]
     dims = [d for d, s in enumerate(size) if s != 1]
     try:
         dims.sort(key=lambda d: int(stride[d].subs({s: 7 for s in stride[d].free_symbols})), reverse=True)
