@@ -101,18 +101,23 @@ def test_static_inputs_of_a_backward_graph_are_the_non_tangents():
     assert static_input_indices(gm, "fw") == ()  # outside an AOTAutograd compile: nothing is known static
 
 
+def _cpu_gradients_match_eager(model, compiled):
+    """One step of ``compiled`` (``model`` compiled) on fresh inputs gives eager's gradients."""
+    x = torch.randn(8, 16)
+    model.zero_grad()
+    compiled(x).square().sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+
+
 def test_cpu_graphs_fall_back_counted_and_logged_in_training(logged):
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     compiled = torch.compile(model, backend="inductor_lite", mode="reduce-overhead")
     for _ in range(2):
-        x = torch.randn(8, 16)
-        model.zero_grad()
-        compiled(x).square().sum().backward()
-        got = [p.grad.clone() for p in model.parameters()]
-        model.zero_grad()
-        model(x).square().sum().backward()
-        for g, p in zip(got, model.parameters()):
-            torch.testing.assert_close(g, p.grad)
+        _cpu_gradients_match_eager(model, compiled)
     assert counters["cudagraph_skips"] == 2 and counters["cudagraph_recordings"] == 0  # forward and backward
     assert [name for name, _ in logged] == ["cudagraphs"] * 2
     assert all("plain launches: CPU tensors" in text for _, text in logged)
@@ -125,15 +130,7 @@ def test_cpu_graphs_load_from_the_aot_cache_with_their_plan(logged):
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     for _ in range(2):
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend="inductor_lite", mode="reduce-overhead")
-        x = torch.randn(8, 16)
-        model.zero_grad()
-        compiled(x).square().sum().backward()
-        got = [p.grad.clone() for p in model.parameters()]
-        model.zero_grad()
-        model(x).square().sum().backward()
-        for g, p in zip(got, model.parameters()):
-            torch.testing.assert_close(g, p.grad)
+        _cpu_gradients_match_eager(model, torch.compile(model, backend="inductor_lite", mode="reduce-overhead"))
     assert counters["aot_cache_hits"] == 2 and counters["cudagraph_skips"] == 4
     assert all("plain launches: CPU tensors" in text for _, text in logged)
 
