@@ -135,6 +135,22 @@ def test_cpu_graphs_load_from_the_aot_cache_with_their_plan(logged):
     assert all("plain launches: CPU tensors" in text for _, text in logged)
 
 
+def test_a_cached_graph_checks_the_allocator_of_the_loading_process(logged, monkeypatch):
+    """The caching allocator's state belongs to the process, not to the cache entry: a
+    graph compiled while it is off and loaded while it is on skips CUDA graphs for its
+    own reason only (here its CPU tensors), not for the allocator."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    monkeypatch.setattr(cudagraphs, "_caching_allocator_enabled", lambda: False)
+    _cpu_gradients_match_eager(model, torch.compile(model, backend="inductor_lite", mode="reduce-overhead"))
+    assert all("allocator is disabled" in text for _, text in logged) and len(logged) == 2
+    monkeypatch.setattr(cudagraphs, "_caching_allocator_enabled", lambda: True)
+    torch._dynamo.reset()
+    logged.clear()
+    _cpu_gradients_match_eager(model, torch.compile(model, backend="inductor_lite", mode="reduce-overhead"))
+    assert counters["aot_cache_hits"] == 2
+    assert all("plain launches: CPU tensors" in text for _, text in logged) and len(logged) == 2
+
+
 def test_cudagraphs_log_artifact_is_accepted():
     with config.patch(logs="cudagraphs"):
         assert "cudagraphs" in inductor_lite.logs.enabled_artifacts()

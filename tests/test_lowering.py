@@ -507,6 +507,31 @@ def test_as_strided_over_computed_buffer_with_symbolic_contiguous_strides():
     assert inductor_lite.counters["kernels_generated"] > 0
 
 
+def test_dynamic_view_outputs_of_an_intermediate_alias_it():
+    """Under dynamic=True an output that is a view of another output (``a.t()``) over a
+    computed size (``s - 1``, ``(s + 1) // 2``: torch's strides hold ``Max(1, size)``)
+    is a view of the same buffer with eager's strides, not a contiguous copy."""
+    from inductor_lite.config import config
+
+    def fn(x):
+        a = x[:, 1:] + 1
+        b = x[::2] * 2
+        return a, a.t(), b, b.t()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
+    with config.patch(fallback_on_error=False):
+        for shape in [(5, 7), (8, 3), (9, 12)]:
+            x = torch.randn(shape)
+            got, want = compiled(x), fn(x)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+                assert g.stride() == w.stride()
+            assert got[1].untyped_storage().data_ptr() == got[0].untyped_storage().data_ptr()
+            assert got[3].untyped_storage().data_ptr() == got[2].untyped_storage().data_ptr()
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("fn", [lambda x: x[..., ::2] * 2, lambda x: x[:, :, ::3] * 2,
                                 lambda x: F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True)],
                          ids=["w_step2", "h_step3", "max_pool_dilated_ceil"])

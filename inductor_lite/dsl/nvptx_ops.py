@@ -296,8 +296,8 @@ class ScalarCodegen:
         ``y = RN(1/d)``, ``y_hi = RD(1/d)`` and ``y_lo = RN((1 - d*y_hi) * y_hi) >= 0``
         (``y_hi + y_lo`` is ``1/d`` to about 2**-46); per element ``x``:
 
-        - ``q0 = fma(x, y_hi, x * y_lo)``: within half an ulp plus 2**-46 of ``x/d``,
-          so faithful (one of the two floats around ``x/d``);
+        - ``q0 = fma(x, y_hi, x * y_lo)``: within half an ulp plus about
+          ``2**-45 * |x/d|`` of ``x/d``, so faithful (one of the two floats around it);
         - ``r = fma(q0, d, -x)``: exactly ``d*q0 - x`` (a faithful quotient's remainder
           is a float);
         - ``q = fma(-r, y, q0)``: ``RN(x/d)`` by Markstein's theorem (Muller et al.,
@@ -307,10 +307,12 @@ class ScalarCodegen:
 
         That holds, and zeros keep their sign (``y_lo >= 0`` and the negated remainder
         make ``x = -0`` give ``-0``), on the domain ``2**-20 <= d <= 2**20`` and
-        ``x == 0`` or ``2**-80 <= |x| <= 2**100``: the quotient and every intermediate
-        stay normal with margin. A thread whose registers leave the domain (a NaN, an
-        infinity, a tiny ``x``, a negative divisor) branches to ``div.rn`` for all of
-        them, one test and branch per `DIVIDE_CHUNK` registers. Kernels that flush
+        ``x == 0`` or ``2**-80 <= |x| <= 2**100``: the quotient stays normal, and the
+        remainder exact though it may be subnormal (as may ``x * y_lo``, whose error
+        is then far below an ulp of the quotient), so subnormals must be kept. A
+        thread whose registers or divisors leave the domain (a NaN, an infinity, a
+        tiny ``x``, a negative divisor) branches to ``div.rn`` for all of them, one
+        test and branch per `DIVIDE_CHUNK` registers. Kernels that flush
         subnormals (``ftz``) divide with ``fdiv`` everywhere, and so does a constant
         divisor (LLVM multiplies by an exact reciprocal of a power of two; the
         correction is measured only for divisors computed in the kernel).

@@ -5,12 +5,14 @@ The semantics follow TorchInductor's cudagraph trees (``torch/_inductor/cudagrap
 ``cudagraph_utils.py``), in a simpler form: one private memory pool per recording
 instead of one tree sharing a pool.
 
-Whether a graph may be captured at all is decided at compile time by `skip_reason`,
-from the aten graph alone: CPU tensors, several devices, an input the graph writes to
-(a recording call runs the graph twice; AOTAutograd, as the backend calls it, applies
-input mutations outside the graph, so this does not happen today), ops that
-synchronize with the host or have data-dependent output shapes, a disabled caching
-allocator. A graph that is skipped runs with plain launches;
+Whether a graph may be captured at all is decided at compile time by `skip_reason`:
+from the aten graph alone (`graph_skip_reason`: CPU tensors, several devices, an input
+the graph writes to (a recording call runs the graph twice; AOTAutograd, as the backend
+calls it, applies input mutations outside the graph, so this does not happen today),
+ops that synchronize with the host or have data-dependent output shapes), kept in the
+graph's `CUDAGraphPlan`, and from the process (`allocator_skip_reason`: a disabled
+caching allocator), checked again when AOTAutograd's cache loads the graph. A graph
+that is skipped runs with plain launches;
 each skip is counted (``counters["cudagraph_skips"]``) and logged under the
 ``cudagraphs`` artifact with its reason, like capture errors and the recording limit
 at run time.
@@ -154,18 +156,30 @@ def _view_base(value: Any) -> Any:
 
 
 def skip_reason(gm: torch.fx.GraphModule) -> Optional[str]:
-    """Why the aten graph ``gm`` cannot run under CUDA graphs, or None when it can.
+    """Why the aten graph ``gm`` cannot run under CUDA graphs in this process, or None
+    when it can: `allocator_skip_reason`, then `graph_skip_reason`."""
+    return allocator_skip_reason() or graph_skip_reason(gm)
+
+
+def allocator_skip_reason() -> Optional[str]:
+    """Why no graph can run under CUDA graphs in this process (the caching allocator is
+    off: capture allocates from its pools), or None. A property of the process, not of
+    a graph: checked whenever a graph is put under CUDA graphs, a cached one included."""
+    if not _caching_allocator_enabled():
+        return "the CUDA caching allocator is disabled (capture allocates from its pools)"
+    return None
+
+
+def graph_skip_reason(gm: torch.fx.GraphModule) -> Optional[str]:
+    """Why the aten graph ``gm`` itself cannot run under CUDA graphs, or None when it can.
 
     Reads each node's ``meta["val"]`` (the fake values AOTAutograd records).
 
     Returns:
-        A short reason: the caching allocator is off, CPU tensors, tensors on several
-        devices or on none, an input of another type than tensor or number, a write to
-        an input, an op that syncs with the host or has data-dependent shapes, sparse
-        tensors.
+        A short reason: CPU tensors, tensors on several devices or on none, an input of
+        another type than tensor or number, a write to an input, an op that syncs with
+        the host or has data-dependent shapes, sparse tensors.
     """
-    if not _caching_allocator_enabled():
-        return "the CUDA caching allocator is disabled (capture allocates from its pools)"
     sparse = [node.name for node in gm.graph.nodes if any(v.is_sparse for v in _tensor_values(node.meta.get("val")))]
     if sparse:
         return f"a sparse tensor ({sparse[0]})"
@@ -266,7 +280,7 @@ class CUDAGraphPlan:
     AOTAutograd's cache (`aot_cache`) runs as it did when compiled.
 
     Attributes:
-        skip: why the graph runs with plain launches (`skip_reason`), or None.
+        skip: why the graph runs with plain launches (`graph_skip_reason`), or None.
         static_inputs: indices of the inputs read in place (`static_input_indices`).
         device: the CUDA device the graph runs on (``"cuda:0"``), or "" when skipped.
     """
@@ -280,7 +294,7 @@ def plan_cudagraphs(gm: torch.fx.GraphModule, kind: str) -> CUDAGraphPlan:
     """The `CUDAGraphPlan` of aten graph ``gm`` of ``kind`` (``fw``, ``bw`` or
     ``inference``). Must be called while AOTAutograd compiles ``gm`` (see
     `static_input_indices`)."""
-    reason = skip_reason(gm)
+    reason = graph_skip_reason(gm)
     if reason is not None:
         return CUDAGraphPlan(reason)
     (device,) = _devices(gm)
@@ -289,9 +303,11 @@ def plan_cudagraphs(gm: torch.fx.GraphModule, kind: str) -> CUDAGraphPlan:
 
 def apply_plan(plan: CUDAGraphPlan, compiled: Callable, name: str) -> Callable:
     """``compiled`` (the boxed callable of graph ``name``) under CUDA graphs as ``plan``
-    says, or ``compiled`` itself when the plan skips them (counted and logged)."""
-    if plan.skip is not None:
-        record_skip(name, plan.skip)
+    says, or ``compiled`` itself when the plan or this process
+    (`allocator_skip_reason`) skips them (counted and logged)."""
+    reason = allocator_skip_reason() or plan.skip
+    if reason is not None:
+        record_skip(name, reason)
         return compiled
     return CUDAGraphRunner(compiled, plan.static_inputs, name, torch.device(plan.device))
 
