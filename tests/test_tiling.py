@@ -83,6 +83,24 @@ def test_accesses_of_one_permuted_layout_run_in_memory_order():
     assert _memory_order(lambda x: x.t().contiguous() + 1, (64, 48))[1] is None
 
 
+def test_memory_order_with_dynamic_shapes(tmp_path, device, monkeypatch):
+    """Under dynamic=True a strided slice of a channels-last input, kept channels-last,
+    runs in memory order too: its strides are compared at the example sizes (with
+    symbolic sizes, ``1 // s`` and ``1 % s`` at the origin stay unevaluated)."""
+    from inductor_lite.codegen import kernel as kernel_module
+
+    found = []
+    original = kernel_module.memory_order_placements
+    monkeypatch.setattr(kernel_module, "memory_order_placements",
+                        lambda group, stored: found.append(original(group, stored)) or found[-1])
+    fn = lambda x: x[..., ::2] * 2  # noqa: E731
+    for shape in [(2, 8, 9, 11), (3, 5, 7, 6)]:
+        x = torch.randn(shape).to(memory_format=torch.channels_last)
+        _, got = run_compiled(fn, x, tmp_path=tmp_path, dynamic=True)
+        assert got.stride() == fn(x).stride()
+    assert found and all(placements is not None for placements in found)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 @pytest.mark.parametrize("name", sorted(PATTERNS))
 def test_tiled_kernels_match_eager(name, dtype, tmp_path, device):

@@ -37,7 +37,9 @@ from typing import Callable, Optional
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from ..ir.indexing import Expr, flat_to_vars, index_var, is_power_of_2, known_equal, product, simplify_index
+from ..ir.indexing import (
+    Expr, flat_to_vars, index_var, is_power_of_2, known_equal, product, shape_env_size_hint, simplify_index,
+)
 from .dependencies import FLAT, Placement
 
 YFLAT = index_var("yindex")
@@ -183,7 +185,9 @@ def memory_order_placements(group, stored: Callable[[str], bool]) -> Optional[di
     memory and every stored write (``stored(name)``) has stride 1 along the same loop
     variable and that variable is not the innermost: the variables are then ordered by
     the first stored write's strides, largest first, and the result is used only when
-    it makes every one of those accesses contiguous in the flat index.
+    it makes every one of those accesses contiguous in the flat index. Symbolic strides
+    are compared at the shape environment's example sizes (`shape_env_size_hint`), as
+    TorchInductor's stride hints are: any order is correct, the hints only pick one.
     """
     if group.is_reduction or group.has_scatter():
         return None
@@ -202,11 +206,14 @@ def memory_order_placements(group, stored: Callable[[str], bool]) -> Optional[di
     if len(unit) != 1 or None in unit or unit == {inner} or store is None:
         return None
     strides = [stride_hint(store.index, v, first.x_vars) for v in first.x_vars]
-    if not all(s is not None and s.is_number for s in strides):
+    if any(s is None for s in strides):
         return None
-    order = sorted(range(len(strides)), key=lambda k: -int(strides[k]))
+    hint = shape_env_size_hint()  # symbolic strides order as at the example sizes
+    order = sorted(range(len(strides)), key=lambda k: -hint(strides[k]))
     exprs = tuple(flat_to_vars(FLAT, [first.ranges[k] for k in order]))
     placements = {n.name: Placement(tuple(n.read_writes.x_vars[k] for k in order), exprs, "full") for n in group.nodes}
-    if not all(_is_one(stride_hint(d.kernel_index(placements[n.name], group.numel, 1), FLAT, ())) for n, d in accesses):
+    # at the example sizes: with symbolic ones, ``1 // s`` and ``1 % s`` stay unevaluated
+    if not all(hint(stride_hint(d.kernel_index(placements[n.name], group.numel, 1), FLAT, ()) or 0) == 1
+               for n, d in accesses):
         return None
     return placements
