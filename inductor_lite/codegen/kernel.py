@@ -376,13 +376,17 @@ class KernelCodegen(OpsHandler):
 
     def _index_name(self, atom: Expr) -> sympy.Symbol:
         self.size_symbols |= {s for s in atom.free_symbols if s not in self.tile_symbols}
+        # A FloorDiv of a dividend that may be negative ((x0 - 1) // 4 at x0 = 0) may be
+        # too: its symbol must not let sympy fold Min(1, that + 1) to 1.
+        # (nonnegative=False would say negative: leave the sign unknown instead)
+        sign = {"nonnegative": True} if isinstance(atom, ModularIndexing) or atom.args[0].is_nonnegative else {}
         if atom.has(RFLAT):  # changes with rindex: computed where it is used
-            symbol = sympy.Symbol(str(self._emit(kexpr(atom), self.index_dtype)), integer=True, nonnegative=True)
+            symbol = sympy.Symbol(str(self._emit(kexpr(atom), self.index_dtype)), integer=True, **sign)
             self.local_index_symbols.add(symbol)
             return symbol
         name = self.index_names.get(atom)
         if name is None:
-            name = sympy.Symbol(f"x{len(self.index_names)}", integer=True, nonnegative=True)
+            name = sympy.Symbol(f"x{len(self.index_names)}", integer=True, **sign)
             self.index_names[atom] = name
             self.dims[name.name] = frozenset(atom.free_symbols & self.tile_symbols)
             self.index_lines.append(f"{name} = {kexpr(atom)}")
@@ -739,7 +743,10 @@ class KernelCodegen(OpsHandler):
         simplified = expr if expr.is_number else self.simplify(expr)  # the ranges may make it a number
         if simplified.is_number:
             return self.constant(int(simplified), dtype)
-        text = f"({self.index_str(expr)})"
+        printed = self.index_str(expr)
+        if printed.lstrip("-").isdigit():  # naming its parts (`_index_name`) can fold it further
+            return self.constant(int(printed), dtype)
+        text = f"({printed})"
         if dtype == torch.int64 and self.index_dtype == torch.int32:
             # needs_int64 proved every index value fits int32: skip the widening
             var = self._emit(text, torch.int32)

@@ -109,7 +109,11 @@ def _should_realize(box: StorageBox, users: int) -> bool:
 
 
 def is_dense(size: Sequence[Expr], stride: Sequence[Expr]) -> bool:
-    """True when ``stride`` lays ``size`` out without gaps or overlap (some dim order).
+    """True when ``stride`` lays ``size`` out without gaps or overlap (some dim order):
+    some order of the dims (size-1 dims aside) has strides 1, ``size[d0]``,
+    ``size[d0] * size[d1]``, ... provably (`known_equal`), found dim by dim, trying each
+    dim whose stride fits (symbolic sizes give no order to sort by: ``s // 4`` may be
+    below ``s - 6`` or above).
 
     torch computes a symbolic stride from ``Max(1, size)`` (so that a dim of size 0
     keeps a positive stride); that reads as ``size`` here: where they differ the tensor
@@ -117,17 +121,12 @@ def is_dense(size: Sequence[Expr], stride: Sequence[Expr]) -> bool:
     stride = [as_expr(s).replace(lambda e: isinstance(e, (sympy.Max, TorchMax)) and len(e.args) == 2 and 1 in e.args,
                                  lambda e: e.args[0] if e.args[1] == 1 else e.args[1])
               for s in stride]
-    dims = [d for d, s in enumerate(size) if s != 1]
-    try:
-        dims.sort(key=lambda d: int(stride[d].subs({s: 7 for s in stride[d].free_symbols})), reverse=True)
-    except TypeError:
-        return False
-    expected: Expr = sympy.Integer(1)
-    for d in reversed(dims):
-        if not known_equal(stride[d], expected):
-            return False
-        expected = expected * size[d]
-    return True
+
+    def chain(dims: frozenset, expected: Expr) -> bool:
+        return not dims or any(known_equal(stride[d], expected) and chain(dims - {d}, expected * size[d])
+                               for d in dims)
+
+    return chain(frozenset(d for d, s in enumerate(size) if s != 1), sympy.Integer(1))
 
 
 DONATED = "inductor_lite_donated"
