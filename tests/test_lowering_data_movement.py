@@ -246,6 +246,35 @@ def test_symbolic_negative_positions_count_from_the_end():
     assert inductor_lite.counters["graphs_fallback"] == 0
 
 
+def test_symbolic_slice_bounds_outside_the_dim_are_clamped():
+    """A symbolic slice bound beyond either end of its dim (``x[:, b:]`` with ``b = -8``
+    on 5 columns) is clamped as torch clamps it: the fused kernel read from ``-3``
+    (silently wrong sums, or out of bounds). A symbolic step that empties a dim before a
+    reduction compiles (the stride hints divided by its example size, 0)."""
+    def sums(x, start):
+        return (x * 2)[1:, start:].sum(-1), (x * 2)[start:, :].sum(0)
+
+    def pointwise(x, start, end):
+        return (x * 2)[:, start:end] + 1
+
+    def stepped(x, start, step):
+        return (x[..., start::step] * 2).sum(1)
+
+    fn_sums, fn_pointwise, fn_stepped = (torch.compile(f, backend="inductor_lite", dynamic=True)
+                                         for f in (sums, pointwise, stepped))
+    x = torch.randn(3, 5)
+    for start in (-8, -3, 2, 7):
+        for got, want in zip(fn_sums(x, start), sums(x, start)):
+            torch.testing.assert_close(got, want)
+    for start, end in ((-8, 9), (1, 12), (-2, -1), (3, 100)):
+        torch.testing.assert_close(fn_pointwise(x, start, end), pointwise(x, start, end))
+    for y, start, step in ((torch.randn(3, 4, 2), 6, 3), (torch.randn(3, 4, 9), 1, 3)):
+        got, want = fn_stepped(y, start, step), stepped(y, start, step)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)
+    assert inductor_lite.counters["graphs_fallback"] == 0
+
+
 def test_broadcast_of_a_symbolic_size_that_is_one():
     """Under dynamic shapes a size can be 1 without being the literal 1 (a diagonal of
     ``Min(1, s0 - 1)`` elements): broadcast against a longer operand, it must read its

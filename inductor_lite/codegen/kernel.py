@@ -1058,7 +1058,10 @@ def reduction_axis(group: KernelGroup) -> int:
         for dep in rw.reads:
             if dep.name in written:
                 continue
-            index = dep.kernel_index(placement, group.numel, group.rnumel).xreplace(hints)
+            try:
+                index = dep.kernel_index(placement, group.numel, group.rnumel).xreplace(hints)
+            except ZeroDivisionError:  # a dim empty at the example sizes: no hint to read
+                continue
             x_stride = stride_hint(index, FLAT, (RFLAT,))
             r_stride = stride_hint(index, RFLAT, (FLAT,))
             size = _static_size(sympy.sympify(dep.numel()).xreplace(hints))

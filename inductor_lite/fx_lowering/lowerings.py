@@ -366,8 +366,12 @@ def counts_from_end(index: Expr) -> bool:
 
 
 def normalize_slice(size: Expr, start, end, step) -> tuple[Expr, Expr, Expr]:
-    """Clamp ``start``/``end`` of a slice of a dimension of ``size`` as torch does."""
+    """Clamp ``start``/``end`` of a slice of a dimension of ``size`` to ``[0, size]`` as
+    torch does. A symbolic bound is clamped where the shape environment's example sizes
+    put it outside (``x[:, b:]`` with ``b = -8`` on 5 columns starts at 0): torch's slice
+    took the same branch there, and its guards hold it for every size the graph runs with."""
     size = as_expr(size)
+    hint = shape_env_size_hint()
 
     def norm(v, default):
         if v is None:
@@ -378,6 +382,10 @@ def normalize_slice(size: Expr, start, end, step) -> tuple[Expr, Expr, Expr]:
         if v.is_number and size.is_number:
             v = sympy.Integer(min(max(int(v), 0), int(size)))
         elif v.is_number and int(v) >= 2 ** 62:
+            v = size
+        elif v.is_negative or hint(v) < 0:
+            v = sympy.Integer(0)
+        elif hint(v - size) > 0:
             v = size
         return v
 
