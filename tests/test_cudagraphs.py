@@ -13,8 +13,8 @@ from inductor_lite.config import config
 from inductor_lite.runtime import cudagraphs
 from inductor_lite.runtime.cudagraphs import (
     CUDAGraphRunner,
+    graph_skip_reason,
     mutated_input_indices,
-    skip_reason,
     static_input_indices,
     uses_cudagraphs,
 )
@@ -61,22 +61,22 @@ def test_modes_that_use_cudagraphs():
 
 def test_skip_reasons_name_the_problem():
     a, b, mask = torch.randn(8), torch.randn(8), torch.rand(8) > 0.5
-    assert skip_reason(_cuda_graph(lambda x, y: (x + y).relu(), a, b)) is None
-    assert "CPU tensors" in skip_reason(make_fx(lambda x, y: x + y, tracing_mode="fake")(a, b))
-    assert "2 devices" in skip_reason(_cuda_graph(lambda x, y: x + y, a, b, devices={"y_1": "cuda:1"}))
-    assert "data-dependent output shape" in skip_reason(_cuda_graph(lambda x: x.nonzero(), a))
-    assert "data-dependent output shape" in skip_reason(_cuda_graph(lambda x, m: x[m], a, mask))
+    assert graph_skip_reason(_cuda_graph(lambda x, y: (x + y).relu(), a, b)) is None
+    assert "CPU tensors" in graph_skip_reason(make_fx(lambda x, y: x + y, tracing_mode="fake")(a, b))
+    assert "2 devices" in graph_skip_reason(_cuda_graph(lambda x, y: x + y, a, b, devices={"y_1": "cuda:1"}))
+    assert "data-dependent output shape" in graph_skip_reason(_cuda_graph(lambda x: x.nonzero(), a))
+    assert "data-dependent output shape" in graph_skip_reason(_cuda_graph(lambda x, m: x[m], a, mask))
     # index.Tensor is tagged dynamic_output_shape, but integer indices fix the output's shape
-    assert skip_reason(_cuda_graph(lambda x, i: x[i] * 2, a, torch.tensor([3, 1, 4]))) is None
+    assert graph_skip_reason(_cuda_graph(lambda x, i: x[i] * 2, a, torch.tensor([3, 1, 4]))) is None
     # a boolean index still calls nonzero when its size was resolved (a torch._check)
     resolved = _cuda_graph(lambda x, m: x[m], a, mask)
     (index,) = resolved.graph.find_nodes(op="call_function", target=torch.ops.aten.index.Tensor)
     with index.meta["val"].fake_mode:
         index.meta["val"] = torch.empty(4, device="cuda")
-    assert "data-dependent output shape" in skip_reason(resolved)
-    assert "reads device values on the host" in skip_reason(_cuda_graph(lambda x: x * x.sum().item(), a))
+    assert "data-dependent output shape" in graph_skip_reason(resolved)
+    assert "reads device values on the host" in graph_skip_reason(_cuda_graph(lambda x: x * x.sum().item(), a))
     index_put = _cuda_graph(lambda x, m, v: torch.ops.aten.index_put(x, [m], v), a, mask, torch.tensor(1.0))
-    assert "boolean indices" in skip_reason(index_put)
+    assert "boolean indices" in graph_skip_reason(index_put)
 
 
 def test_input_mutation_is_found_through_views_and_skips():
@@ -86,7 +86,7 @@ def test_input_mutation_is_found_through_views_and_skips():
 
     gm = _cuda_graph(fn, torch.randn(8), torch.randn(8))
     assert mutated_input_indices(gm) == [0]
-    assert skip_reason(gm) == "the graph writes to input(s) [0]"
+    assert graph_skip_reason(gm) == "the graph writes to input(s) [0]"
     assert mutated_input_indices(_cuda_graph(lambda x, y: x.mul(2) + y, torch.randn(8), torch.randn(8))) == []
 
 

@@ -484,15 +484,19 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, ScanCodegen, Pipeli
         return self.convert(self.regs(x, src_layout), distribute(src_layout, x.type.shape),
                             distribute(layout, op.result.type.shape))
 
-    def _elementwise(self, op, layout, f):
+    def _operand_columns(self, op, layout) -> list[list[llir.Value]]:
+        """Each operand's registers in ``layout``, a scalar's repeated to the others' count."""
         fetched = {}  # one fetch per distinct operand: ``x * x`` widens a rematerialised x once
         for o in op.operands:
             if o.id not in fetched:
                 fetched[o.id] = self.operand_regs(o, layout)
         cols = [fetched[o.id] for o in op.operands]
         n = max(len(c) for c in cols)
-        cols = [c * n if len(c) == 1 else c for c in cols]
-        return [f(*(c[i] for c in cols)) for i in range(n)]
+        return [c * n if len(c) == 1 else c for c in cols]
+
+    def _elementwise(self, op, layout, f):
+        cols = self._operand_columns(op, layout)
+        return [f(*regs) for regs in zip(*cols)]
 
     def emit_binary(self, op, layout):
         kind = op.attrs["op"]
@@ -501,10 +505,8 @@ class _Lowering(ScalarCodegen, MemoryCodegen, ReduceCodegen, ScanCodegen, Pipeli
         if isinstance(a.type.element, ir.PointerType) or isinstance(c.type.element, ir.PointerType):
             return self._pointer_arith(op, layout)
         t = a.type.element
-        if kind == "truediv" and t == ir.float32:
-            regs = [self.operand_regs(o, layout) for o in (a, c)]
-            n = max(map(len, regs))
-            return self.divide(*(r * n if len(r) == 1 else r for r in regs), name=name)
+        if kind == "truediv" and t == ir.float32:  # block-level: registers may share a divisor
+            return self.divide(*self._operand_columns(op, layout), name=name)
         return self._elementwise(op, layout, lambda x, y: self.binary(kind, x, y, t, name))
 
     def _pointer_arith(self, op, layout):

@@ -288,8 +288,9 @@ class ScalarCodegen:
         """``a[i] / c[i]`` for fp32 registers, each an IEEE division (``div.rn.f32``)
         to the bit, signed zeros, infinities and NaNs included.
 
-        Where several registers share one divisor register (softmax's ``e / sum``: a
-        row's divisor broadcast over the row's elements), the division is done as
+        Where registers share one divisor register, four or more each on average
+        (softmax's ``e / sum``: a row's divisor broadcast over the row's elements), the
+        division is done as
         Markstein's correction of a product by the divisor's reciprocal, the reciprocal
         taken once per divisor: four fp32 instructions an element against ``div.rn``'s
         reciprocal, five fmas and range check (sm_90 SASS). Per divisor ``d``:

@@ -5,7 +5,7 @@ The semantics follow TorchInductor's cudagraph trees (``torch/_inductor/cudagrap
 ``cudagraph_utils.py``), in a simpler form: one private memory pool per recording
 instead of one tree sharing a pool.
 
-Whether a graph may be captured at all is decided at compile time by `skip_reason`:
+Whether a graph may be captured at all is decided at compile time (`plan_cudagraphs`):
 from the aten graph alone (`graph_skip_reason`: CPU tensors, several devices, an input
 the graph writes to (a recording call runs the graph twice; AOTAutograd, as the backend
 calls it, applies input mutations outside the graph, so this does not happen today),
@@ -153,12 +153,6 @@ def _view_base(value: Any) -> Any:
             break
         value = value.args[0]
     return value
-
-
-def skip_reason(gm: torch.fx.GraphModule) -> Optional[str]:
-    """Why the aten graph ``gm`` cannot run under CUDA graphs in this process, or None
-    when it can: `allocator_skip_reason`, then `graph_skip_reason`."""
-    return allocator_skip_reason() or graph_skip_reason(gm)
 
 
 def allocator_skip_reason() -> Optional[str]:
