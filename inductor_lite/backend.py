@@ -8,10 +8,10 @@ min-cut rematerialisation partitioner) and compiles each resulting aten graph
     -> wrapper + DSL kernels
     -> exec'd module whose ``call(args)`` runs the graph.
 
-A graph compiled before, in this process or another, is loaded from the graph cache
-(`runtime.graph_cache`, under ``INDUCTOR_LITE_CACHE_DIR``) instead: its wrapper source is
-exec'd without lowering, scheduling or codegen. AOTAutograd still runs (the module
-docstring there says why torch's AOTAutograd cache is not used).
+A graph compiled before, in this process or another, is loaded instead: from
+AOTAutograd's cache (`aot_cache`), which skips AOTAutograd too, or else from our graph
+cache (`runtime.graph_cache`); both live under ``INDUCTOR_LITE_CACHE_DIR``. Either way
+the wrapper source is exec'd without lowering, scheduling or codegen.
 
 Compiled graphs use the boxed calling convention (a list of inputs the callee
 clears). A graph that fails to compile - or whose first run fails - runs eagerly

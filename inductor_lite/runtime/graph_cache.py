@@ -31,29 +31,11 @@ a guard (`shape_guard_count` grew while lowering) is not stored, since a loaded 
 would not add it and Dynamo would not guard on it after a warm start. Size hints only
 steer the memory plan (which is valid for every size), so they are not in the key.
 
-AOTAutograd still runs on a warm start. torch's own AOTAutograd cache
-(``torch._functorch._aot_autograd.autograd_cache``) is not used, because:
-
-- its key (``autograd_cache_key``) hashes the Dynamo graph, the inputs, some
-  ``AOTConfig`` fields and Inductor's config and sources, but not the backend: not the
-  forward/backward compilers, not the decomposition table, not the partitioner. An
-  entry Inductor wrote would be found for our backend and vice versa, and a change to
-  our decompositions, config or toolchain would not invalidate an entry; adding our
-  key material would mean passing it through one of Inductor's config fields (a custom
-  graph pass's ``uuid``), which changes Inductor's own keys process-wide;
-- a custom backend reaches it only through private classes (a
-  ``SerializableAOTDispatchCompiler`` returning an ``OutputCode`` subclass) and
-  process-global flags (``torch._functorch.config.bundled_autograd_cache``, Inductor's
-  ``fx_graph_cache``), and a hit runs Inductor's post-compile hooks
-  (``post_compile(example_inputs, CompiledFxGraphConstants, fx_config)``, its
-  ``cudagraph_policy``);
-- its entries live under torch's cache directory and obey torch's switches
-  (``TORCHINDUCTOR_FORCE_DISABLE_CACHES``), not ``INDUCTOR_LITE_CACHE_DIR`` and
-  ``INDUCTOR_LITE_DISABLE_CACHE``.
-
-Skipping AOTAutograd without it would mean rebuilding its runtime wrappers (input
-mutations, aliased outputs, the autograd.Function of a training graph) from a cache
-entry, which is not robust.
+AOTAutograd's cache (`aot_cache`) sits in front of this one: on its hit neither
+AOTAutograd nor this cache runs. This cache serves the graphs that one does not hold:
+graphs AOTAutograd's cache bypasses (`aot_cache` lists them), runs with torch's cache
+switches off, and aten graphs compiled before under another Dynamo graph (a recompile
+whose new guard leaves the aten graph as it was).
 
 File format (``<cache_dir>/graphs/<key>.ilgraph``)::
 
