@@ -176,6 +176,17 @@ def test_index_add(device, dtype):
     check(lambda x, i, s: x.index_add(1, i, s, alpha=2), x, index, source)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_index_copy_and_index_fill_are_kernels(device, dtype):
+    # decomposed as in Inductor: index_copy into index_put (a copy, then a scatter kernel)
+    x = rand(4, 6, 5, dtype=dtype)
+    check(lambda x, i, s: torch.index_copy(x, 1, i, s) * 2, x, torch.randperm(6)[:3], rand(4, 3, 5, dtype=dtype),
+          kernels=3, exact=True)
+    check(lambda x, i, s: x.index_copy(-1, i, s), x, torch.randperm(5)[:2], rand(4, 6, 2, dtype=dtype), exact=True)
+    check(lambda x, i: x.index_fill(0, i, -2), x, torch.tensor([3, 1]), exact=True)
+    check(lambda x, i, v: x.index_fill(2, i, v), x, torch.tensor([4, 0]), torch.tensor(7).to(dtype), exact=True)
+
+
 def test_scatter_add_through_a_constant_index(device):
     # the index is a constant (zeros made in the graph, as in the margin losses'
     # backwards): the destination is one address while the value and mask are blocks
@@ -311,6 +322,7 @@ def test_embedding_backward(device, padding_idx):
 
 def test_gather_index_select_and_index_backward(device):
     x = rand(6, 7)
+    check_grads(lambda x, i: x.index_copy(1, i, x[:, :3].sin()), x, torch.randperm(7)[:3])
     check_grads(lambda x, i: torch.gather(x, 1, i).sin(), x, torch.randint(0, 7, (6, 9)))
     check_grads(lambda x, i: torch.index_select(x, 1, i), x, torch.randint(0, 7, (11,)))
     check_grads(lambda x, i, j: x[i, j], x, torch.randint(-6, 6, (13,)), torch.randint(0, 7, (13,)))

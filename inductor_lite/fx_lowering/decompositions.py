@@ -11,7 +11,8 @@ without logits, soft margin: ``reduction`` none, mean or sum) and math composite
 (``sinc``, ``logaddexp``, ``heaviside``, ``xlog1py``, ``log_ndtr``, ...)
 as Inductor decomposes them. Their pieces (``amax``, ``sum``, ``var_mean``, ``exp``, ...) lower to
 `Reduction` and `Pointwise` nodes that the scheduler fuses into one kernel per row
-pattern. Matmuls, convolution, attention and embedding stay whole and become extern
+pattern. ``index_copy`` becomes ``index_put`` and ``index_fill`` a ``where``, as in
+Inductor, so they are kernels of ours too. Matmuls, convolution, attention and embedding stay whole and become extern
 calls. GELU, SiLU, sigmoid/tanh backward and dropout backward have direct lowerings,
 so they are not decomposed. ``threshold_backward`` (ReLU's) has one too but is
 decomposed, as Inductor does, into ``where(x <= threshold, 0, grad)``: the partitioner
@@ -103,6 +104,9 @@ DECOMPOSED_OPS = [
     aten.special_entr,
     aten.special_log_ndtr,
     aten.special_xlog1py,
+    # indexed writes of ops with lowerings (`indexed_writes`): index_put, a where
+    aten.index_copy,
+    aten.index_fill,
 ]
 
 
