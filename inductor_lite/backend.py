@@ -354,6 +354,11 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
             inference_compiler=compilers["inference"],
             decompositions=decomposition_table(),
             partition_fn=_partition,
+            # an inference graph updates its mutated inputs itself, in place (a copy_ into
+            # the input, often fused with the value's kernel), instead of AOTAutograd copying
+            # after the call; under CUDA graphs a copied-in input would be updated in its
+            # static copy only, so there AOTAutograd keeps doing it
+            keep_inference_input_mutations=not uses_cudagraphs(mode),
         )
         try:
             with aot_cache.caching(mode, options):

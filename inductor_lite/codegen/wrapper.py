@@ -67,7 +67,9 @@ import sympy
 import torch
 
 from ..ir.indexing import shape_env_size_hint
-from ..ir.nodes import Buffer, ComputedBuffer, ExternKernel, Layout, MultiOutput, ReinterpretView, ScatterBuffer
+from ..ir.nodes import (
+    Buffer, ComputedBuffer, ExternKernel, Layout, MultiOutput, MutationBuffer, ReinterpretView, ScatterBuffer,
+)
 from ..scheduler.fusion import KernelGroup
 from ..scheduler.scheduler import Scheduler
 from .kernel import KernelSource, generate_kernel
@@ -214,7 +216,7 @@ class WrapperCodegen:
                     and step.node.may_alias_inputs:
                 aliased |= step.read_names()
         for buf in self.scheduler.buffers.values():
-            if isinstance(buf, ScatterBuffer):  # two names of one storage: never handed on
+            if isinstance(buf, (ScatterBuffer, MutationBuffer)):  # two names of one storage: never handed on
                 aliased |= {buf.name, buf.target.name}
         owned = {name for name, buf in self.scheduler.buffers.items()
                  if isinstance(buf, ComputedBuffer) and name not in self.scheduler.removed_buffers}
@@ -276,6 +278,8 @@ class WrapperCodegen:
         for n in group.nodes:
             if isinstance(n.node, ScatterBuffer):
                 self.out.line(f"{n.name} = {n.node.target.name}  # scatter into {n.node.target.name} in place")
+            elif isinstance(n.node, MutationBuffer):
+                self.out.line(f"{n.name} = {n.node.target.name}  # update input {n.node.target.name} in place")
             elif n.name not in self.scheduler.removed_buffers:
                 outputs.append(self._spec(n.name))
         dying = [self._spec(name) for name in sorted(group.reads() & set(self.scheduler.frees.get(step, ())))
@@ -300,7 +304,7 @@ class WrapperCodegen:
         kinds = _tuple([repr("tensor" if kind == "buffer" else "int") for kind, _ in kernel.call_args])
         configs = "[" + ", ".join(_config_source(c) for c in kernel.configs) + "]"
         # outputs written over storage the kernel also reads: tuning runs them on copies
-        overwritten = set(inplace) | {n.name for n in group.nodes if isinstance(n.node, ScatterBuffer)}
+        overwritten = set(inplace) | {n.name for n in group.nodes if isinstance(n.node, (ScatterBuffer, MutationBuffer))}
         mutated = tuple(i for i, (kind, value) in enumerate(kernel.call_args)
                         if kind == "buffer" and value in overwritten)
         launcher = self._launcher(kernel, (

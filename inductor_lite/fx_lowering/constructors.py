@@ -1,5 +1,7 @@
 """Lowerings of copies, casts and constants: ``_to_copy``, ``clone``, ``copy``,
-``full``/``zeros``/``ones`` and their ``_like``/``new_`` forms, ``fill``, ``arange``."""
+``full``/``zeros``/``ones`` and their ``_like``/``new_`` forms, ``fill``, ``arange``;
+and ``copy_`` into a graph input, the in-place update of an input that AOTAutograd
+keeps in an inference graph (`ir.nodes.MutationBuffer`)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import sympy
 import torch
 
 from ..ir.indexing import as_expr
-from ..ir.nodes import IRNode
+from ..ir.nodes import InputBuffer, IRNode, MutationBuffer, ScatterBuffer, StorageBox
 from ..ir.ops import ops
 from .lowerings import NoLowering, cast, loader, register_lowering
 
@@ -49,6 +51,42 @@ def _lower_lift_fresh_copy(ctx, x):
 @register_lowering(aten.copy.default)
 def _lower_copy(ctx, dst, src, non_blocking=False):
     return _identity_cast(ctx, src)
+
+
+@register_lowering(aten.copy_.default)
+def _lower_copy_into_input(ctx, dst, src, non_blocking=False):
+    """``dst.copy_(src)`` for a graph input ``dst``: a `MutationBuffer` storing ``src``
+    (cast and broadcast to ``dst``) into the input's memory. Nothing is written when
+    ``src`` already lives there (a scatter into the input, `indexed_writes`). The
+    kernel may read ``dst`` only at the element it writes; a ``src`` that reads it
+    elsewhere (``x.copy_(x.flip(0))``) is computed into a buffer of its own first.
+
+    Raises:
+        NoLowering: ``dst`` is not a graph input (a view of one, a constant).
+    """
+    if not isinstance(dst, InputBuffer) or dst.is_constant:
+        raise NoLowering("copy_ into something other than a graph input")
+    written = src.data if isinstance(src, StorageBox) and src.is_realized() else None
+    while isinstance(written, ScatterBuffer):
+        if written.target is dst:
+            return dst  # scattered into the input in place: already there
+        written = written.target
+    value = _identity_cast(ctx, src)
+    mutation = MutationBuffer(ctx.graph.new_name(), dst, value.data)
+    if not _reads_only_where_it_writes(mutation):
+        mutation = MutationBuffer(mutation.name, dst, _identity_cast(ctx, ctx.graph.realize(value)).data)
+    ctx.graph.register_buffer(mutation)
+    return dst
+
+
+def _reads_only_where_it_writes(mutation: MutationBuffer) -> bool:
+    """Whether ``mutation``'s kernel reads its input only at the element it stores (so
+    one pass over the input in place is safe, whatever the programs' order)."""
+    from ..scheduler.dependencies import extract_read_writes  # the scheduler's access analysis
+
+    accesses = extract_read_writes(mutation)
+    (write,) = accesses.writes
+    return all(d.index == write.index for d in accesses.reads if d.name == mutation.target.name)
 
 
 def fill(ctx, value):

@@ -99,6 +99,14 @@ def count_ops(loops: Pointwise) -> tuple[int, int]:
     return counter.count, len(counter.reads)
 
 
+def _is_input_update(target, args) -> bool:
+    """Whether a mutating op is AOTAutograd's update of a graph input, ``copy_(input,
+    value)``, which an inference graph keeps (``keep_inference_input_mutations``) and
+    `constructors` lowers in place; every other mutating op is an error in a
+    functional graph."""
+    return target is torch.ops.aten.copy_.default and isinstance(args[0], InputBuffer) and not args[0].is_constant
+
+
 def _should_realize(box: StorageBox, users: int) -> bool:
     """Whether a lazy value with ``users`` FX users is realized rather than inlined into
     each (see `REALIZE_REUSED_OPS`)."""
@@ -260,13 +268,15 @@ class GraphLowering(torch.fx.Interpreter):
             return self._with_effects(*args, **kwargs)
         if not isinstance(target, torch._ops.OpOverload):
             raise NotImplementedError(f"call target {target!r} is not an aten op")
-        if target._schema.is_mutable:
+        if target._schema.is_mutable and not _is_input_update(target, args):
             raise NotImplementedError(f"mutating op {target} in a functional graph")
         if val is None and target._schema.returns:
             raise NotImplementedError(f"node {node.name} has no meta['val']")
         lowering = LOWERINGS.get(target)
         dtype = _dtype_without_kernels(args, kwargs, val)
         if lowering is not None and dtype is not None:
+            if target._schema.is_mutable:
+                raise NotImplementedError(f"an update of input {args[0].name} in {dtype}, which has no DSL type")
             out = self.make_extern(target, args, kwargs, reason=f"{dtype} has no DSL type")
         elif lowering is not None and isinstance(val, torch.Tensor) and as_expr(val.numel()) == 0:
             out = self._empty(val)
@@ -274,6 +284,8 @@ class GraphLowering(torch.fx.Interpreter):
             try:
                 out = lowering(LoweringContext(node, self), *args, **kwargs)
             except NoLowering as reason:
+                if target._schema.is_mutable:
+                    raise NotImplementedError(f"{target}: {reason}") from None
                 out = self.make_extern(target, args, kwargs, reason=str(reason))
         else:
             out = self.make_extern(target, args, kwargs)

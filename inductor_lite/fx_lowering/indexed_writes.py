@@ -31,13 +31,13 @@ as in eager; ``scatter``, ``index_add`` and embeddings reject them, as eager doe
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import sympy
 import torch
 
 from ..ir.indexing import Expr, known_equal, product
-from ..ir.nodes import ComputedBuffer, IRNode, Pointwise, Scatter, ScatterBuffer, StorageBox, unwrap
+from ..ir.nodes import ComputedBuffer, InputBuffer, IRNode, Pointwise, Scatter, ScatterBuffer, StorageBox, unwrap
 from ..ir.ops import ops
 from .graph import count_ops
 from .indexing_ops import _broadcast_sizes
@@ -73,9 +73,13 @@ def _accumulation_dtype(op: str, dtype: torch.dtype) -> torch.dtype:
     return dtype
 
 
-def _initial_copy(ctx, x: IRNode, dtype: torch.dtype) -> ComputedBuffer:
+def _initial_copy(ctx, x: IRNode, dtype: torch.dtype) -> Union[ComputedBuffer, InputBuffer]:
     """``x`` converted to ``dtype``, realized: the buffer a scatter updates. Laid out
-    as the node's output when the dtype is the output's."""
+    as the node's output when the dtype is the output's. A graph input that the graph
+    overwrites with the result and that nothing else reads is updated in place
+    instead (`_updated_in_place`): no copy."""
+    if _updated_in_place(ctx, x, dtype):
+        return x
     load_x, src = x.make_loader(), x.get_dtype()
     box = ctx.pointwise(lambda idx: cast(load_x(idx), src, dtype), [x], size=x.get_size(), dtype=dtype)
     if dtype == ctx.out_dtype:
@@ -83,7 +87,23 @@ def _initial_copy(ctx, x: IRNode, dtype: torch.dtype) -> ComputedBuffer:
     return ctx.graph.realize(box)
 
 
-def _scatter(ctx, target: ComputedBuffer, ranges: Sequence[Expr], inner_fn: Callable,
+def _updated_in_place(ctx, x: IRNode, dtype: torch.dtype) -> bool:
+    """Whether the node's ``self``, ``x``, is a graph input that the graph ends by
+    overwriting with this node's result (``copy_(x, node)``, an inference graph's
+    ``x.index_put_(...)`` or ``cache.index_copy_(...)``) and that no other node reads,
+    laid out as the result and of its dtype: then the scatter can write into the
+    input itself, as TorchInductor's re-inplacing pass makes it do."""
+    node, self_node = ctx.node, ctx.node.args[0]
+    if not isinstance(x, InputBuffer) or x.is_constant or dtype != x.get_dtype() \
+            or not isinstance(self_node, torch.fx.Node) or self_node.op != "placeholder":
+        return False
+    others = [user for user in self_node.users if user is not node]
+    if len(others) != 1 or others[0].target is not aten.copy_.default or others[0].args[:2] != (self_node, node):
+        return False
+    return tuple(ctx.val.stride()) == tuple(self_node.meta["val"].stride())
+
+
+def _scatter(ctx, target: Union[ComputedBuffer, InputBuffer], ranges: Sequence[Expr], inner_fn: Callable,
              output_indexer: Callable, mode: Optional[str], inputs: Sequence) -> ScatterBuffer:
     """Register a `Scatter` of ``inner_fn`` over ``ranges`` into ``target`` (in place)."""
     origins: dict[str, str] = {}

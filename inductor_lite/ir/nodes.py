@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import sympy
 import torch
@@ -427,7 +427,9 @@ class Scatter(Pointwise):
 
 class ScatterBuffer(ComputedBuffer):
     """``target`` (a realized `ComputedBuffer` holding the initial values, e.g. a copy of
-    ``self``) after the `Scatter` ``data`` wrote into it, in place.
+    ``self``) after the `Scatter` ``data`` wrote into it, in place. The target may be a
+    graph input that the graph overwrites with the result (``cache.index_copy_(...)``
+    scatters into the cache itself: `MutationBuffer` tells why that is safe).
 
     The scatter's kernel runs after the kernel writing ``target`` and alone (the
     scheduler never fuses it); readers of the result read this buffer's name, which the
@@ -435,9 +437,9 @@ class ScatterBuffer(ComputedBuffer):
     read by nothing else.
     """
 
-    def __init__(self, name: str, target: ComputedBuffer, data: Scatter):
-        if not isinstance(target, ComputedBuffer):
-            raise TypeError(f"a scatter updates a ComputedBuffer, got {type(target).__name__}")
+    def __init__(self, name: str, target: Union[ComputedBuffer, "InputBuffer"], data: Scatter):
+        if not isinstance(target, (ComputedBuffer, InputBuffer)):
+            raise TypeError(f"a scatter updates a ComputedBuffer or graph input, got {type(target).__name__}")
         super().__init__(name, target.layout, data)
         self.target = target
 
@@ -445,6 +447,32 @@ class ScatterBuffer(ComputedBuffer):
         """The offset written for source element ``index`` (calls ``ops``: run it under
         a handler)."""
         return self.layout.index(self.data.output_indexer(index))
+
+
+class MutationBuffer(ComputedBuffer):
+    """``data``'s values stored into the memory of graph input ``target`` (an
+    `InputBuffer`, same layout): an input the graph updates in place, AOTAutograd's
+    ``copy_(input, new_value)`` kept in an inference graph
+    (``keep_inference_input_mutations``), as TorchInductor does with it.
+
+    The scheduler runs it in a kernel of its own (it reads ``target`` only at the
+    element it writes: `fx_lowering.constructors` sees to it) after every reader of the
+    input's old value, and keeps it though nothing reads it; the wrapper binds its name
+    to the input, never allocates it and never hands its storage on.
+    """
+
+    def __init__(self, name: str, target: "InputBuffer", data: Loops):
+        if not isinstance(target, InputBuffer) or target.is_constant:
+            raise TypeError(f"a mutation writes a graph input, got {type(target).__name__} {target.name}")
+        super().__init__(name, target.layout, data)
+        self.target = target
+
+
+def updates_input(buffer: Buffer) -> bool:
+    """Whether ``buffer``'s kernel writes into a graph input: a `MutationBuffer`, or a
+    `ScatterBuffer` whose target is the input itself."""
+    return isinstance(buffer, MutationBuffer) or (isinstance(buffer, ScatterBuffer)
+                                                  and isinstance(buffer.target, InputBuffer))
 
 
 class ExternKernel(Buffer):

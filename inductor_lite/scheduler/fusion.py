@@ -17,7 +17,9 @@ Two groups may fuse when (`fusion_blocker` returns None):
 - fusing creates no cycle: no path from one to the other through a third group or
   extern in the dependency graph;
 - neither holds a scatter (`ir.nodes.ScatterBuffer`): it runs alone, after the
-  kernel writing its target's initial values and before any reader of the result.
+  kernel writing its target's initial values and before any reader of the result;
+  nor an input's update (`ir.nodes.MutationBuffer`): it runs alone, after every
+  reader of the input's old value.
 
 *Mix-order fusion* (TorchInductor's ``MixOrderReduction``): a group of first stages
 of split sums in pieces of rows (`mix_order`: a column sum such as LayerNorm's weight
@@ -43,7 +45,7 @@ import networkx as nx
 import sympy
 
 from ..ir.indexing import Expr, known_equal
-from ..ir.nodes import ScatterBuffer
+from ..ir.nodes import MutationBuffer, ScatterBuffer
 from .dependencies import Placement
 from .mix_order import MIX_ORDER_MAX_COLS, first_read_across_rows
 
@@ -114,6 +116,10 @@ class KernelGroup:
     def has_scatter(self) -> bool:
         """Whether a node writes through computed indices (`ir.nodes.ScatterBuffer`)."""
         return any(isinstance(n.node, ScatterBuffer) for n in self.nodes)
+
+    def updates_input(self) -> bool:
+        """Whether a node stores into a graph input (`ir.nodes.MutationBuffer`)."""
+        return any(isinstance(n.node, MutationBuffer) for n in self.nodes)
 
     def origins(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -221,6 +227,9 @@ def _group_blocker(a: KernelGroup, b: KernelGroup) -> Optional[str]:
         # its stores land anywhere in its target: they must follow every write of the
         # target's initial values and precede every read of the result, grid-wide
         return "a scatter runs in a kernel of its own"
+    if a.updates_input() or b.updates_input():
+        # it overwrites an input that other kernels read: it must follow them grid-wide
+        return "an input's update runs in a kernel of its own"
     a, b, group = _as_fused(a, b)
     if group is None:
         return f"groups differ: {_describe(a)} vs {_describe(b)}"

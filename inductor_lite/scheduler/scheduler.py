@@ -9,8 +9,9 @@ Steps:
 2. dead nodes (pure, unread, not outputs) are dropped; split column sums that a row
    reduction over the same rows can compute are split into pieces of rows
    (`mix_order`);
-3. a networkx DAG (edge ``u -> v``: ``v`` reads what ``u`` writes) over kernel groups
-   and externs; `fusion.fuse_groups` fuses groups;
+3. a networkx DAG (edge ``u -> v``: ``v`` reads what ``u`` writes, or ``v`` updates an
+   input that ``u`` reads) over kernel groups and externs; `fusion.fuse_groups` fuses
+   groups;
 4. buffers written and read only inside one kernel are *removed* (never stored,
    never allocated);
 5. the schedule is the topological order that keeps the graph's order where free,
@@ -30,7 +31,7 @@ import sympy
 from ..ir.indexing import Expr, product
 from ..ir.nodes import (
     Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, Scan, format_node, iter_ir_leaves, resplit_reduction,
-    underlying_buffer,
+    underlying_buffer, updates_input,
 )
 from ..logs import artifact_enabled, log_artifact
 from ..config import config
@@ -165,12 +166,13 @@ class Scheduler:
         return buffer.layout.numel()
 
     def _dead_code_elimination(self, nodes: list) -> list:
-        """Drop pure nodes (Pointwise, MultiOutput) that nothing reads and the graph does not return."""
+        """Drop pure nodes (Pointwise, MultiOutput) that nothing reads and the graph does
+        not return (an update of an input is not pure)."""
         while True:
             read = set(self.output_names)
             for n in nodes:
                 read |= n.read_names()
-            alive = [n for n in nodes if n.name in read or isinstance(n.node, ExternKernel)]
+            alive = [n for n in nodes if n.name in read or isinstance(n.node, ExternKernel) or updates_input(n.node)]
             if len(alive) == len(nodes):
                 return nodes
             nodes = alive
@@ -197,6 +199,12 @@ class Scheduler:
                 producer = step_of.get(name)
                 if producer is not None and producer is not consumer:
                     dag.add_edge(producer, consumer)
+        # an input's update runs after every other reader of the input's old value
+        for n in self.nodes:
+            if updates_input(n.node):
+                for reader in self.nodes:
+                    if reader is not n and n.node.target.name in reader.read_names():
+                        dag.add_edge(step_of[reader.name], step_of[n.name])
         return dag
 
     def _order_for_memory(self) -> tuple[list[Step], memory_order.PeakMemory]:
@@ -265,7 +273,8 @@ class Scheduler:
             if not isinstance(step, KernelGroup):
                 continue
             for name in step.writes():
-                if name not in self.output_names and readers.get(name, set()) <= {step}:
+                if name not in self.output_names and not updates_input(self.buffers[name]) \
+                        and readers.get(name, set()) <= {step}:
                     removed.add(name)
         return removed
 
@@ -277,6 +286,8 @@ class Scheduler:
                 last_use[name] = i
             for name in step.names:
                 last_use.setdefault(name, i)
+                if updates_input(self.buffers[name]):  # the wrapper binds it to the input there
+                    last_use[self.buffers[name].target.name] = i
         frees: dict[int, list[str]] = {}
         freeable = {
             name for name, buf in {**self.graph.graph_inputs, **self.buffers}.items()

@@ -1,0 +1,107 @@
+"""In-place updates of graph inputs in inference graphs (AOTAutograd's
+``keep_inference_input_mutations``): the graph stores the new value into the input
+(`ir.nodes.MutationBuffer`), or scatters into it directly (``index_copy_``,
+``index_put_``), after every reader of the old value.
+
+Values and the inputs' contents are compared with eager on fresh random inputs; CPU
+runs go through the interpreter, the same tests marked `gpu` run the compiled PTX.
+"""
+
+import pytest
+import torch
+
+import inductor_lite
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    with torch.device(request.param):
+        yield request.param
+
+
+def check(fn, *args, kernels=None, dynamic=False, mode=None):
+    """``fn`` compiled returns what eager returns and leaves every argument as eager
+    leaves it (and launches ``kernels`` kernels, if given)."""
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    mine = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    with torch.no_grad():
+        got = torch.compile(fn, backend="inductor_lite", dynamic=dynamic, mode=mode)(*mine)
+        want = fn(*args)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(mine, args):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+    assert inductor_lite.counters["graphs_fallback"] == 0
+    if kernels is not None:
+        assert inductor_lite.counters["kernels_generated"] == kernels
+
+
+def test_update_runs_after_the_readers_of_the_old_value(device):
+    def fn(x, y):
+        before = x + 1  # reads the old x
+        x.mul_(y)
+        return before, x * 3
+
+    check(fn, torch.randn(8, 5), torch.randn(8, 5))
+
+
+def test_update_that_reads_other_elements_is_computed_first(device):
+    # x.flip(0) read and written in one pass would see half-updated values
+    def flip(x):
+        x.copy_(x.flip(0) * 2)
+
+    def transpose(x):
+        x.copy_(x.t() + x)
+
+    check(flip, torch.randn(3000))  # several programs
+    check(transpose, torch.randn(60, 60))
+
+
+def test_several_inputs_views_dtypes_and_offsets(device):
+    def fn(a, b, c):
+        a.add_(b.sum())
+        b[1:, ::2].neg_()
+        c.copy_(a[:, :3])  # fp32 into bf16
+        return a.mean()
+
+    a, b = torch.randn(6, 4), torch.randn(5, 7)
+    c = torch.randn(8, 6, 3).to(torch.bfloat16)[2]  # an input with a storage offset
+    check(fn, a, b, c)
+    check(fn, a.t().contiguous().t(), b, c)  # a column-major input
+
+
+def test_masked_fill_in_place(device):
+    x = torch.randn(4, 9)
+    check(lambda x, m: x.masked_fill_(m, 0.5).sum(1), x, x > 0, kernels=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_index_copy_into_a_cache_scatters_into_it(device, dtype):
+    # a KV cache's update: one scatter kernel into the cache itself, no copy of it
+    cache, pos, k = torch.randn(2, 3, 16, 4).to(dtype), torch.tensor([5, 9]), torch.randn(2, 3, 2, 4).to(dtype)
+    check(lambda c, p, k: c.index_copy_(2, p, k), cache, pos, k, kernels=1)
+    check(lambda c, p, k, q: (q @ c.index_copy_(2, p, k).transpose(-1, -2)).softmax(-1), cache, pos, k,
+          torch.randn(2, 3, 1, 4).to(dtype))
+
+
+def test_index_put_into_an_input(device):
+    x = torch.randn(10, 3)
+    check(lambda x, i, v: x.index_put_((i,), v, accumulate=True), x, torch.randint(0, 10, (25,)),
+          torch.randn(25, 3), kernels=1)
+
+    def read_before(x, i, v):
+        old = x.sum()
+        x[i] = v
+        return old
+
+    check(read_before, x, torch.randperm(10)[:4], torch.randn(4, 3))
+
+
+def test_dynamic_shapes(device):
+    for n in (5, 9):
+        check(lambda x, y: x.add_(y).sum(), torch.randn(n, 3), torch.randn(n, 3), dynamic=True)
+
+
+def test_reduce_overhead_keeps_updates_correct(device):
+    check(lambda x, y: x.add_(y) * 2, torch.randn(16), torch.randn(16), mode="reduce-overhead")
