@@ -3,8 +3,9 @@
 
 Each is a `Pointwise` whose ``inner_fn`` loads the index value, turns it into an
 index symbol with ``ops.indirect_indexing`` and loads the source there. The index is
-bounds-checked: an out-of-range index never reads outside the source (see
-`inductor_lite.ir.ops`). As in torch, only advanced indexing counts negative indices
+bounds-checked: an out-of-range index stops the kernel (``ops.check_bounds``:
+``dl.device_assert``, an ``AssertionError`` on CPU and a trap on the GPU, as eager
+raises or asserts on the device) and never reads outside the source. As in torch, only advanced indexing counts negative indices
 from the end; ``gather``, ``index_select`` and ``embedding`` reject them.
 ``take_along_dim`` reaches ``gather`` through its decomposition, and cross-entropy's
 ``nll_loss`` decomposition gathers the target class the same way.
@@ -41,6 +42,7 @@ def _lower_gather(ctx, x, dim, index, sparse_grad=False):
     def inner_fn(idx):
         src = list(idx)
         src[dim] = ops.indirect_indexing(load_index(idx), x_size[dim], wrap_neg=False)
+        ops.check_bounds(src[dim])
         return load_x(src)
 
     return ctx.pointwise(inner_fn, [x, index])
@@ -59,6 +61,7 @@ def _lower_index_select(ctx, x, dim, index):
     def inner_fn(idx):
         src = list(idx)
         src[dim] = ops.indirect_indexing(load_index([idx[dim]] if index_rank else []), x_size[dim], wrap_neg=False)
+        ops.check_bounds(src[dim])
         return load_x(src)
 
     return ctx.pointwise(inner_fn, [x, index])
@@ -76,6 +79,7 @@ def _lower_embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=Fa
 
     def inner_fn(idx):
         row = ops.indirect_indexing(load_indices(idx[:-1]), num_embeddings, wrap_neg=False)
+        ops.check_bounds(row)
         return load_weight([row, idx[-1]])
 
     return ctx.pointwise(inner_fn, [weight, indices])
@@ -125,6 +129,8 @@ def _lower_index(ctx, x, indices: Sequence[Optional[IRNode]]):
                 load, size = loaders[d]
                 src.append(ops.indirect_indexing(load(broadcast_index(position, size, index_shape)), x_size[d],
                                                   check=check))
+                if check:
+                    ops.check_bounds(src[-1])
             else:
                 src.append(next(kept))
         return load_x(src)
