@@ -29,7 +29,9 @@ A forward whose graph passes changed its outputs' strides (`fx_passes.pad_mm`) r
 them to AOTAutograd again when loaded (`backend.report_output_strides`), as Inductor's
 loaded graphs do. Not cached (``BypassAOTAutogradCache`` when saving, counted by torch
 under ``aot_autograd.autograd_cache_bypass``): a graph that fell back to eager, a graph
-threading effect tokens (``with_effects``: loaded, AOTAutograd passes it none). In
+threading effect tokens (``with_effects``: loaded, AOTAutograd passes it none), a
+graph whose compile guarded on a float argument's value (the key holds the float
+symbolic and a hit restores no such guard: stock Inductor loads stale code there). In
 CUDA-graph modes the entry keeps the graph's `CUDAGraphPlan` (decided when compiled:
 plain launches and why, or the inputs read in place), and a load puts the graph under
 a new `CUDAGraphRunner` as compiling did: recordings are per process.
@@ -57,6 +59,7 @@ import torch
 from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache, BypassAOTAutogradCache
 from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 from torch._inductor.output_code import OutputCode
+from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from .codegen.wrapper import WrapperCode, load_module
 from .config import config
@@ -210,6 +213,16 @@ def _entries_in(directory: str) -> Iterator[None]:
         AOTAutogradCache._get_tmp_dir = original
 
 
+def _guards_a_float() -> bool:
+    """Whether the shape environment of the graph being compiled guards on the value
+    of a float argument (AOTAutograd's ``tensorify_python_scalars`` specialises a
+    float it cannot turn into a tensor with ``guard_scalar``)."""
+    shape_env = getattr(torch._guards.detect_fake_mode(), "shape_env", None)
+    if shape_env is None:
+        return False
+    return any(symbol_is_type(s, SymT.FLOAT) for guard in shape_env.guards for s in guard.expr.free_symbols)
+
+
 def output_code(compiled: Callable, gm: torch.fx.GraphModule) -> CachedOutputCode:
     """A compiled graph as a `CachedOutputCode` (``compiled``: a `backend.CompiledGraph`,
     possibly under a `CUDAGraphRunner`, or another callable when the graph runs eagerly,
@@ -217,6 +230,12 @@ def output_code(compiled: Callable, gm: torch.fx.GraphModule) -> CachedOutputCod
     graph = compiled.compiled if isinstance(compiled, CUDAGraphRunner) else compiled
     source = getattr(graph, "source", None)
     bypass = None if source is not None else "the graph runs eagerly"
+    if _guards_a_float():
+        # AOTAutograd's key holds the graph with its float arguments symbolic, and a hit
+        # restores no guard on their values: code specialised to one value (a float
+        # that could not become a tensor, as torch.full's fill value) would be loaded
+        # for another
+        bypass = "the compile guarded on a float argument's value"
     if any(node.target is torch.ops.higher_order.with_effects for node in gm.graph.nodes):
         # a loaded graph's runtime wrappers pass it no effect token (they expect Inductor's, which unlifts them)
         bypass = "the graph threads effect tokens (with_effects)"

@@ -356,3 +356,17 @@ def test_a_graph_that_runs_eagerly_is_not_stored_in_the_aot_cache(monkeypatch):
         compile_and_check(scaled_softmax, *inputs())
         compile_and_check(scaled_softmax, *inputs())
     assert counters["aot_cache_hits"] == 0 and counters["graphs_fallback"] == 2
+
+
+def test_a_graph_specialised_to_a_float_argument_is_not_stored_in_the_aot_cache():
+    """A float argument becomes symbolic after its second value; torch.full needs a
+    number, so AOTAutograd specialises the graph to it (a guard on its value), which
+    AOTAutograd's cache key does not hold: loaded, the code of one value would run for
+    every later one (a fuzzing helper's find; stock Inductor hits it too)."""
+    fn = torch.compile(lambda x, a: (torch.full((3,), a), x * -a), backend="inductor_lite")
+    x = torch.randn(4)
+    with torch._functorch.config.patch(enable_autograd_cache=True):
+        for a in (0.5, 1.5, 2.0, 7.25):
+            full, scaled = fn(x, a)
+            assert full.tolist() == [a] * 3
+            torch.testing.assert_close(scaled, x * -a)
