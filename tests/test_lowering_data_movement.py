@@ -138,6 +138,28 @@ def test_cross_entropy_backward():
     assert not [k for k in inductor_lite.counters if k.startswith("extern.")]
 
 
+def test_scatters_at_a_symbolic_position_of_either_sign():
+    # an int argument turned symbolic (dynamic=True): no guard fixes its sign, so a
+    # negative one must count from the end on every call (a fuzzing helper's find)
+    def grad_of_select(x, a):
+        x = x.clone().requires_grad_()
+        (x[a] * torch.arange(1.0, 4.0)).sum().backward()
+        return x.grad
+
+    with config.patch(fallback_on_error=True):
+        scatters = [torch.compile(f, backend="inductor_lite", dynamic=True) for f in (
+            lambda x, a: x.slice_scatter(torch.ones(2, 3), 0, a, a + 2),
+            lambda x, a: x.select_scatter(torch.full((3,), 7.0), 0, a),
+        )]
+        grads = torch.compile(grad_of_select, backend="inductor_lite", dynamic=True)
+        x = torch.randn(6, 3)
+        for a in (2, -4, 1, -3):
+            assert torch.equal(scatters[0](x, a), x.slice_scatter(torch.ones(2, 3), 0, a, a + 2))
+            assert torch.equal(scatters[1](x, a), x.select_scatter(torch.full((3,), 7.0), 0, a))
+            assert torch.equal(grads(x, a), grad_of_select(x, a))
+    assert inductor_lite.counters["graphs_fallback"] == 0
+
+
 def test_gather_dynamic_shapes():
     fn = torch.compile(lambda x, i: torch.gather(x, 1, i) + 1, backend="inductor_lite", dynamic=True)
     for rows in (3, 5):

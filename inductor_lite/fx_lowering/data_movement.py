@@ -55,12 +55,29 @@ def _lower_slice_backward(ctx, grad, input_sizes, dim, start, end, step):
 
 @register_lowering(aten.slice_scatter.default)
 def _lower_slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    _check_sign_known("slice_scatter", start, end)
     dim = normalize_dim(dim, len(ctx.out_size))
     start, end, step = normalize_slice(ctx.out_size[dim], start, end, step)
     return _embed(ctx, x, src, dim, start, end, step)
 
 
+def _check_sign_known(op: str, *positions) -> None:
+    """Positions given as symbols whose sign sympy cannot tell (an int argument under
+    ``dynamic=True``, ``x.select_scatter(src, 0, a)``) keep the op an extern call: unlike
+    a slice or select view, whose meta function guards the sign, nothing fixes it for
+    every call the graph serves, so the example value's sign cannot decide whether the
+    position counts from the end.
+
+    Raises:
+        NoLowering: such a position.
+    """
+    for v in positions:
+        if v is not None and not as_expr(v).is_number and as_expr(v).is_nonnegative is not True:
+            raise NoLowering(f"{op} at a symbolic position of unknown sign ({v})")
+
+
 def _select_embed(ctx, base, src, dim, index):
+    _check_sign_known(ctx.op_name(), index)
     size, dtype = ctx.out_size, ctx.out_dtype
     dim = normalize_dim(dim, len(size))
     index = as_expr(index)
