@@ -228,6 +228,17 @@ def test_dynamic_shapes(poison_empty):
     assert inductor_lite.counters["graphs_compiled"] == 1
 
 
+def test_dynamic_floats_computed_from_sizes(poison_empty):
+    # a float from a size reaches an extern call (full's fill value, a 0-d tensor)
+    def fn(x):
+        return torch.full((2,), x.shape[0] * 1.5), x + torch.tensor(x.shape[0] * 0.25)
+
+    compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
+    for n in (3, 8):
+        x = torch.randn(n)
+        assert_same(compiled(x), fn(x))
+
+
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
 def test_modes_are_accepted(mode):
     fn = lambda x: x.cos() + 1  # noqa: E731

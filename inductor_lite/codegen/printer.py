@@ -110,7 +110,8 @@ class PythonPrinter(StrPrinter):
 
 
 class _FloatPrinter(StrPrinter):
-    """The float-valued argument of a `PythonPrinter` float-to-int conversion."""
+    """A float-valued expression: the argument of a `PythonPrinter` float-to-int
+    conversion, or a float argument of an extern call (`fexpr`)."""
 
     printmethod = "_inductor_lite_str"
 
@@ -185,6 +186,12 @@ _kernel = KernelPrinter()
 def pexpr(expr) -> str:
     """Python source of an integer sympy expression (or int)."""
     return _python.doprint(sympy.sympify(expr))
+
+
+def fexpr(expr) -> str:
+    """Python source of a float-valued sympy expression (``1.5*s0``: a float computed
+    from sizes, passed to an extern call)."""
+    return _FloatPrinter().doprint(sympy.sympify(expr))
 
 
 def kexpr(expr) -> str:

@@ -77,7 +77,7 @@ from .memory_planning import (
     AllocateLine, BufferSpec, ExternAllocationLine, FreeIfNotReusedLine, FreeLine, Line, MemoryPlan, ReuseLine,
     inplace_donors, plan_memory, returns_new_tensor,
 )
-from .printer import pexpr
+from .printer import fexpr, pexpr
 
 _module_ids = itertools.count()
 
@@ -169,6 +169,9 @@ class WrapperCodegen:
         if isinstance(v, sympy.Expr):
             if v.is_Float or (v.is_number and not v.is_integer):
                 return _float(float(v))
+            if v.has(sympy.Float):  # a float computed from sizes (``1.5 * s0``)
+                self.used_symbols |= v.free_symbols
+                return fexpr(v)
             return self._expr(v)
         if v is None or isinstance(v, (bool, int, str)):
             return repr(v)
