@@ -33,13 +33,16 @@ optimizer step is left out because it runs outside the compiled module.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import dataclasses
+import functools
 import gc
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -499,6 +502,18 @@ FRESH_ROUNDS = 3
 the next by more than two compilers' warm starts differ, so the column is a median."""
 
 
+@functools.cache
+def _bytecode_cache() -> str:
+    """A directory for the children's compiled bytecode (``PYTHONPYCACHEPREFIX``), kept
+    while this process runs: where site-packages is read-only, as in some container
+    images, each child would otherwise compile every module it imports (seconds before
+    its clock starts, times nine children a model). Imports are not timed, so this
+    changes the suite's length, not its numbers."""
+    directory = tempfile.mkdtemp(prefix="bench_pycache_")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
 def fresh_process_first_call(work: Workload, backend: str, timeout_s: float = 1800) -> tuple[float, dict]:
     """Wall seconds of ``backend``'s first call of ``work``'s model in a new Python process
     (`fresh_start`), and the child's counters (``fresh_start``'s reply: ``counters``,
@@ -520,7 +535,7 @@ def fresh_process_first_call(work: Workload, backend: str, timeout_s: float = 18
             "cudnn_tf32": torch.backends.cudnn.allow_tf32,
         })
         command = [sys.executable, "-m", "inductor_lite.bench.fresh_start", request]
-        env = {**os.environ, "INDUCTOR_LITE_DISABLE_CACHE": "0"}
+        env = {"PYTHONPYCACHEPREFIX": _bytecode_cache(), **os.environ, "INDUCTOR_LITE_DISABLE_CACHE": "0"}
         try:
             child = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired as error:
