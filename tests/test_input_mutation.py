@@ -58,6 +58,35 @@ def test_update_that_reads_other_elements_is_computed_first(device):
     check(transpose, torch.randn(60, 60))
 
 
+def test_inputs_updated_from_each_other(device):
+    # each value reads the other input's old value: both cannot be computed in place
+    # after the other's readers (Adam's parameter and moment with weight decay)
+    def swap(a, b):
+        a_old = a.clone()
+        a.copy_(b * 2)
+        b.copy_(a_old + 1)
+
+    check(swap, torch.randn(40), torch.randn(40))
+    for name, cls, kwargs in [("sgd", torch.optim.SGD, dict(momentum=0.9, nesterov=True, weight_decay=0.1)),
+                              ("adam", torch.optim.Adam, dict(amsgrad=True, weight_decay=0.1)),
+                              ("adamax", torch.optim.Adamax, {})]:
+        params = [torch.randn(5, 4), torch.randn(7)]
+        eager_params = [p.clone().requires_grad_() for p in params]
+        mine = [p.clone().requires_grad_() for p in params]
+        eager_opt, my_opt = cls(eager_params, lr=0.01, **kwargs), cls(mine, lr=0.01, **kwargs)
+        torch._dynamo.reset()
+        step = torch.compile(my_opt.step, backend="inductor_lite")
+        for _ in range(3):
+            for p, q in zip(eager_params, mine):
+                p.grad = torch.randn_like(p)
+                q.grad = p.grad.clone()
+            eager_opt.step()
+            with torch.no_grad():
+                step()
+        for p, q in zip(eager_params, mine):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_several_inputs_views_dtypes_and_offsets(device):
     def fn(a, b, c):
         a.add_(b.sum())

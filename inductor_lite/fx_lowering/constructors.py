@@ -58,8 +58,9 @@ def _lower_copy_into_input(ctx, dst, src, non_blocking=False):
     """``dst.copy_(src)`` for a graph input ``dst``: a `MutationBuffer` storing ``src``
     (cast and broadcast to ``dst``) into the input's memory. Nothing is written when
     ``src`` already lives there (a scatter into the input, `indexed_writes`). The
-    kernel may read ``dst`` only at the element it writes; a ``src`` that reads it
-    elsewhere (``x.copy_(x.flip(0))``) is computed into a buffer of its own first.
+    kernel may read ``dst`` only at the element it writes, and no other input the graph
+    updates; a ``src`` that does (``x.copy_(x.flip(0))``, Adam's ``exp_avg`` and its
+    parameter, each updated from the other) is computed into a buffer first.
 
     Raises:
         NoLowering: ``dst`` is not a graph input (a view of one, a constant).
@@ -73,20 +74,30 @@ def _lower_copy_into_input(ctx, dst, src, non_blocking=False):
         written = written.target
     value = _identity_cast(ctx, src)
     mutation = MutationBuffer(ctx.graph.new_name(), dst, value.data)
-    if not _reads_only_where_it_writes(mutation):
+    if not _safe_in_place(mutation, _updated_inputs(ctx.node.graph)):
         mutation = MutationBuffer(mutation.name, dst, _identity_cast(ctx, ctx.graph.realize(value)).data)
     ctx.graph.register_buffer(mutation)
     return dst
 
 
-def _reads_only_where_it_writes(mutation: MutationBuffer) -> bool:
-    """Whether ``mutation``'s kernel reads its input only at the element it stores (so
-    one pass over the input in place is safe, whatever the programs' order)."""
+def _updated_inputs(graph: torch.fx.Graph) -> set[str]:
+    """Names of the placeholders that ``graph`` updates with ``copy_``."""
+    return {n.args[0].name for n in graph.find_nodes(op="call_function", target=aten.copy_.default)
+            if isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
+
+
+def _safe_in_place(mutation: MutationBuffer, updated: set[str]) -> bool:
+    """Whether ``mutation``'s kernel may compute its value as it stores it: it reads its
+    input only at the element it stores (one pass in place is safe whatever the
+    programs' order), and no other input the graph updates (each update runs after
+    the readers of its input's old value: two updates reading each other's input
+    could not both run last)."""
     from ..scheduler.dependencies import extract_read_writes  # the scheduler's access analysis
 
     accesses = extract_read_writes(mutation)
     (write,) = accesses.writes
-    return all(d.index == write.index for d in accesses.reads if d.name == mutation.target.name)
+    target = mutation.target.name
+    return all(d.index == write.index if d.name == target else d.name not in updated for d in accesses.reads)
 
 
 def fill(ctx, value):
