@@ -354,10 +354,12 @@ def inductor_lite_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: 
             inference_compiler=compilers["inference"],
             decompositions=decomposition_table(),
             partition_fn=_partition,
-            # an inference graph updates its mutated inputs itself, in place (a copy_ into
-            # the input, often fused with the value's kernel), instead of AOTAutograd copying
-            # after the call; under CUDA graphs a copied-in input would be updated in its
-            # static copy only, so there AOTAutograd keeps doing it
+            # the graph updates its mutated inputs itself, in place (a copy_ into the input,
+            # the value computed in that kernel where it is safe), instead of AOTAutograd
+            # copying after the call: inference graphs, and forward graphs for inputs that
+            # need no gradient (a batch norm's running statistics); under CUDA graphs a
+            # copied-in input would be updated in its static copy only, so there
+            # AOTAutograd keeps doing it
             keep_inference_input_mutations=not uses_cudagraphs(mode),
         )
         try:
@@ -387,6 +389,8 @@ def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, 
         _mark_donated_inputs(gm)
     if kind != "bw":
         _mark_user_outputs(gm)
+    if kind == "fw":
+        _save_old_values_of_updated_inputs(gm)
     _adopt_input_strides(gm, example_inputs)
     compiled = compile_graph(gm, kind, mode, options)
     return aot_cache.output_code(compiled, gm) if cached else compiled
@@ -410,6 +414,33 @@ def _mark_user_outputs(gm: torch.fx.GraphModule) -> None:
         return
     start = meta.num_mutated_inp_runtime_indices
     gm.meta[USER_OUTPUTS] = range(start, start + meta.num_outputs + meta.num_intermediate_bases)
+
+
+def _save_old_values_of_updated_inputs(gm: torch.fx.GraphModule) -> None:
+    """Give the backward a copy of the old value of each input the forward updates in
+    place and saves for it. AOTAutograd keeps the update of an input that needs no
+    gradient (a buffer: ``buf.mul_(2)``) in the forward graph, and the partitioner may
+    save the input itself to recompute from (``sin(buf + 1)``); saved as is, the
+    backward would read the new value. The copy is taken before the update runs."""
+    updated = {n.args[0] for n in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.copy_.default)
+               if isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
+    output = gm.graph.output_node()
+    values = list(output.args[0])
+    user = gm.meta.get(USER_OUTPUTS)
+    saved = [i for i, v in enumerate(values) if v in updated and (user is None or i not in user)]
+    if not saved:
+        return
+    copies = {}
+    last_placeholder = list(gm.graph.find_nodes(op="placeholder"))[-1]
+    for i in saved:
+        node = values[i]
+        if node not in copies:
+            with gm.graph.inserting_after(last_placeholder):
+                copies[node] = gm.graph.call_function(torch.ops.aten.clone.default, (node,))
+            copies[node].meta["val"] = node.meta["val"].clone()
+        values[i] = copies[node]
+    output.args = (tuple(values),) + tuple(output.args[1:])
+    gm.recompile()
 
 
 def _mark_donated_inputs(gm: torch.fx.GraphModule) -> None:

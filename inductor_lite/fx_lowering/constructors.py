@@ -9,7 +9,7 @@ import sympy
 import torch
 
 from ..ir.indexing import as_expr
-from ..ir.nodes import InputBuffer, IRNode, MutationBuffer, ScatterBuffer, StorageBox
+from ..ir.nodes import InputBuffer, IRNode, MutationBuffer, ScatterBuffer, StorageBox, input_aliases
 from ..ir.ops import ops
 from .lowerings import NoLowering, cast, loader, register_lowering
 
@@ -74,7 +74,7 @@ def _lower_copy_into_input(ctx, dst, src, non_blocking=False):
         written = written.target
     value = _identity_cast(ctx, src)
     mutation = MutationBuffer(ctx.graph.new_name(), dst, value.data)
-    if not _safe_in_place(mutation, _updated_inputs(ctx.node.graph)):
+    if not _safe_in_place(mutation, _updated_inputs(ctx.node.graph), ctx.graph.buffers):
         mutation = MutationBuffer(mutation.name, dst, _identity_cast(ctx, ctx.graph.realize(value)).data)
     ctx.graph.register_buffer(mutation)
     return dst
@@ -86,18 +86,21 @@ def _updated_inputs(graph: torch.fx.Graph) -> set[str]:
             if isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
 
 
-def _safe_in_place(mutation: MutationBuffer, updated: set[str]) -> bool:
+def _safe_in_place(mutation: MutationBuffer, updated: set[str], buffers) -> bool:
     """Whether ``mutation``'s kernel may compute its value as it stores it: it reads its
-    input only at the element it stores (one pass in place is safe whatever the
-    programs' order), and no other input the graph updates (each update runs after
-    the readers of its input's old value: two updates reading each other's input
-    could not both run last)."""
+    input only at the element it stores, under the input's own name (one pass in place
+    is safe whatever the programs' order; an extern's alias of the input,
+    ``x.view(torch.int32)``, could be read anywhere), and no other input the graph
+    updates (each update runs after the readers of its input's old value: two updates
+    reading each other's input could not both run last). ``buffers``: the graph's
+    buffers so far, the extern results among them that may alias inputs."""
     from ..scheduler.dependencies import extract_read_writes  # the scheduler's access analysis
 
     accesses = extract_read_writes(mutation)
     (write,) = accesses.writes
     target = mutation.target.name
-    return all(d.index == write.index if d.name == target else d.name not in updated for d in accesses.reads)
+    unsafe = set().union(*(input_aliases(buffers, name) for name in updated | {target})) - {target}
+    return all(d.index == write.index if d.name == target else d.name not in unsafe for d in accesses.reads)
 
 
 def fill(ctx, value):

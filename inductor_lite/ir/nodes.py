@@ -428,8 +428,9 @@ class Scatter(Pointwise):
 class ScatterBuffer(ComputedBuffer):
     """``target`` (a realized `ComputedBuffer` holding the initial values, e.g. a copy of
     ``self``) after the `Scatter` ``data`` wrote into it, in place. The target may be a
-    graph input that the graph overwrites with the result (``cache.index_copy_(...)``
-    scatters into the cache itself: `MutationBuffer` tells why that is safe).
+    graph input that the graph overwrites with the result and nothing else reads
+    (``cache.index_copy_(...)`` scatters into the cache itself,
+    `fx_lowering.indexed_writes`); the scheduler then orders it as a `MutationBuffer`.
 
     The scatter's kernel runs after the kernel writing ``target`` and alone (the
     scheduler never fuses it); readers of the result read this buffer's name, which the
@@ -468,11 +469,17 @@ class MutationBuffer(ComputedBuffer):
         self.target = target
 
 
-def updates_input(buffer: Buffer) -> bool:
-    """Whether ``buffer``'s kernel writes into a graph input: a `MutationBuffer`, or a
-    `ScatterBuffer` whose target is the input itself."""
-    return isinstance(buffer, MutationBuffer) or (isinstance(buffer, ScatterBuffer)
-                                                  and isinstance(buffer.target, InputBuffer))
+def updated_input(buffer: Buffer) -> Optional["InputBuffer"]:
+    """The graph input ``buffer``'s kernel writes into, or None: a `MutationBuffer`'s
+    target, or the input at the end of a chain of `ScatterBuffer` targets (a scatter
+    into a scatter into the input)."""
+    if isinstance(buffer, MutationBuffer):
+        return buffer.target
+    while isinstance(buffer, ScatterBuffer):
+        buffer = buffer.target
+        if isinstance(buffer, InputBuffer):
+            return buffer
+    return None
 
 
 class ExternKernel(Buffer):
@@ -750,3 +757,24 @@ def iter_ir_leaves(tree: Any) -> Iterator[IRNode]:
     for leaf in pytree.tree_leaves(tree):
         if isinstance(leaf, IRNode):
             yield leaf
+
+
+def input_aliases(buffers, name: str) -> set[str]:
+    """``name`` (a graph input) and the names of extern results that may share its
+    storage (`ir.nodes.ExternKernel.may_alias_inputs`: ``x.view(torch.int32)``), found
+    transitively, with their `MultiOutput` elements."""
+    names, grown = {name}, True
+    while grown:
+        grown = False
+        for b in buffers:
+            if b.name in names:
+                continue
+            if isinstance(b, MultiOutput):
+                aliased = b.parent.name in names
+            else:
+                aliased = isinstance(b, ExternKernel) and b.may_alias_inputs \
+                    and any(underlying_buffer(x).name in names for x in b.inputs())
+            if aliased:
+                names.add(b.name)
+                grown = True
+    return names

@@ -117,7 +117,7 @@ class KernelGroup:
         """Whether a node writes through computed indices (`ir.nodes.ScatterBuffer`)."""
         return any(isinstance(n.node, ScatterBuffer) for n in self.nodes)
 
-    def updates_input(self) -> bool:
+    def has_input_update(self) -> bool:
         """Whether a node stores into a graph input (`ir.nodes.MutationBuffer`)."""
         return any(isinstance(n.node, MutationBuffer) for n in self.nodes)
 
@@ -227,7 +227,7 @@ def _group_blocker(a: KernelGroup, b: KernelGroup) -> Optional[str]:
         # its stores land anywhere in its target: they must follow every write of the
         # target's initial values and precede every read of the result, grid-wide
         return "a scatter runs in a kernel of its own"
-    if a.updates_input() or b.updates_input():
+    if a.has_input_update() or b.has_input_update():
         # it overwrites an input that other kernels read: it must follow them grid-wide
         return "an input's update runs in a kernel of its own"
     a, b, group = _as_fused(a, b)

@@ -31,7 +31,7 @@ import sympy
 from ..ir.indexing import Expr, product
 from ..ir.nodes import (
     Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, Scan, format_node, iter_ir_leaves, resplit_reduction,
-    underlying_buffer, updates_input,
+    input_aliases, underlying_buffer, updated_input,
 )
 from ..logs import artifact_enabled, log_artifact
 from ..config import config
@@ -172,7 +172,7 @@ class Scheduler:
             read = set(self.output_names)
             for n in nodes:
                 read |= n.read_names()
-            alive = [n for n in nodes if n.name in read or isinstance(n.node, ExternKernel) or updates_input(n.node)]
+            alive = [n for n in nodes if n.name in read or isinstance(n.node, ExternKernel) or updated_input(n.node)]
             if len(alive) == len(nodes):
                 return nodes
             nodes = alive
@@ -199,12 +199,16 @@ class Scheduler:
                 producer = step_of.get(name)
                 if producer is not None and producer is not consumer:
                     dag.add_edge(producer, consumer)
-        # an input's update runs after every other reader of the input's old value
+        # an input's update runs after every other reader of the input's old value,
+        # under its own name or an extern's alias of it
         for n in self.nodes:
-            if updates_input(n.node):
-                for reader in self.nodes:
-                    if reader is not n and n.node.target.name in reader.read_names():
-                        dag.add_edge(step_of[reader.name], step_of[n.name])
+            target = updated_input(n.node)
+            if target is None:
+                continue
+            names = input_aliases(self.buffers.values(), target.name)
+            for reader in self.nodes:
+                if reader is not n and names & reader.read_names():
+                    dag.add_edge(step_of[reader.name], step_of[n.name])
         return dag
 
     def _order_for_memory(self) -> tuple[list[Step], memory_order.PeakMemory]:
@@ -273,7 +277,7 @@ class Scheduler:
             if not isinstance(step, KernelGroup):
                 continue
             for name in step.writes():
-                if name not in self.output_names and not updates_input(self.buffers[name]) \
+                if name not in self.output_names and not updated_input(self.buffers[name]) \
                         and readers.get(name, set()) <= {step}:
                     removed.add(name)
         return removed
@@ -286,8 +290,9 @@ class Scheduler:
                 last_use[name] = i
             for name in step.names:
                 last_use.setdefault(name, i)
-                if updates_input(self.buffers[name]):  # the wrapper binds it to the input there
-                    last_use[self.buffers[name].target.name] = i
+                target = updated_input(self.buffers[name])
+                if target is not None:  # the wrapper binds it to the input there
+                    last_use[target.name] = i
         frees: dict[int, list[str]] = {}
         freeable = {
             name for name, buf in {**self.graph.graph_inputs, **self.buffers}.items()
