@@ -9,6 +9,7 @@ import copy
 import glob
 import io
 import logging
+import math
 import os
 import re
 
@@ -231,7 +232,8 @@ def test_dynamic_shapes(poison_empty):
 def test_dynamic_floats_computed_from_sizes(poison_empty):
     # a float from a size reaches an extern call (full's fill value, a 0-d tensor)
     def fn(x):
-        return torch.full((2,), x.shape[0] * 1.5), x + torch.tensor(x.shape[0] * 0.25)
+        n = x.shape[0]
+        return torch.full((2,), n * 1.5), x + torch.tensor(n * 0.25), torch.full((1,), n / 3 + math.sqrt(n))
 
     compiled = torch.compile(fn, backend="inductor_lite", dynamic=True)
     for n in (3, 8):

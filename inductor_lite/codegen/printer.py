@@ -136,6 +136,13 @@ class _FloatPrinter(StrPrinter):
 
     _print_IntTrueDiv = _print_FloatTrueDiv
 
+    def _print_FloatPow(self, expr) -> str:
+        a, b = expr.args
+        return f"({self._print(a)} ** {self._print(b)})"
+
+    def _print_OpaqueUnaryFn_sqrt(self, expr) -> str:
+        return f"math.sqrt({self._print(expr.args[0])})"
+
     def _print_Function(self, expr) -> str:
         raise NotImplementedError(f"cannot print {type(expr).__name__} ({expr}) in generated code")
 
