@@ -46,6 +46,20 @@ def test_update_runs_after_the_readers_of_the_old_value(device):
     check(fn, torch.randn(8, 5), torch.randn(8, 5))
 
 
+def test_update_joins_the_kernel_reading_the_same_elements(device):
+    # read and overwritten element by element: one kernel, the update last in it
+    check(lambda x, y: (x.add_(y) * 3, x.sum()), torch.randn(8, 5), torch.randn(8, 5))
+    inductor_lite.reset_counters()
+    check(lambda x, y: x.add_(y) * 3, torch.randn(8, 5), torch.randn(8, 5), kernels=1)
+
+    def old_flipped(x):
+        old = x.flip(0) * 1  # another element's old value: not in the update's kernel
+        x.mul_(2)
+        return old
+
+    check(old_flipped, torch.randn(40), kernels=2)
+
+
 def test_update_that_reads_other_elements_is_computed_first(device):
     # x.flip(0) read and written in one pass would see half-updated values
     def flip(x):

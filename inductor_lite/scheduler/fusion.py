@@ -18,8 +18,10 @@ Two groups may fuse when (`fusion_blocker` returns None):
   extern in the dependency graph;
 - neither holds a scatter (`ir.nodes.ScatterBuffer`): it runs alone, after the
   kernel writing its target's initial values and before any reader of the result;
-  nor an input's update (`ir.nodes.MutationBuffer`): it runs alone, after every
-  reader of the input's old value.
+- an input's update (`ir.nodes.MutationBuffer`) joins only a pointwise kernel whose
+  reads of the input are at the element it writes (it comes last in the kernel:
+  every lane reads its elements, then overwrites them); every other reader of the
+  input's old value runs before it.
 
 *Mix-order fusion* (TorchInductor's ``MixOrderReduction``): a group of first stages
 of split sums in pieces of rows (`mix_order`: a column sum such as LayerNorm's weight
@@ -227,9 +229,9 @@ def _group_blocker(a: KernelGroup, b: KernelGroup) -> Optional[str]:
         # its stores land anywhere in its target: they must follow every write of the
         # target's initial values and precede every read of the result, grid-wide
         return "a scatter runs in a kernel of its own"
-    if a.has_input_update() or b.has_input_update():
-        # it overwrites an input that other kernels read: it must follow them grid-wide
-        return "an input's update runs in a kernel of its own"
+    update = a.has_input_update() or b.has_input_update()
+    if update and (a.is_reduction or b.is_reduction):
+        return "an input's update fuses only with pointwise kernels"
     a, b, group = _as_fused(a, b)
     if group is None:
         return f"groups differ: {_describe(a)} vs {_describe(b)}"
@@ -245,7 +247,28 @@ def _group_blocker(a: KernelGroup, b: KernelGroup) -> Optional[str]:
             return blocker
     if not (_lines_up(a, b, group, placements) and _lines_up(b, a, group, placements)):
         return "a read does not line up with the write it depends on (another row, or another rindex)"
+    if update and not _reads_updated_inputs_in_place(a, b, group, placements):
+        return "a read of an updated input is not at the element its update writes"
     return None
+
+
+def _reads_updated_inputs_in_place(a: KernelGroup, b: KernelGroup, group: Group,
+                                   placements: dict[str, Placement]) -> bool:
+    """Whether every read, in one kernel computing ``a`` and ``b``, of an input that
+    one of them updates (`ir.nodes.MutationBuffer`; under any alias name) is at the
+    element the update writes: each lane then reads its elements before it overwrites
+    them, and no other lane's elements (the update comes last in the kernel)."""
+    nodes = list(itertools.chain(a.nodes, b.nodes))
+    for u in nodes:
+        if not isinstance(u.node, MutationBuffer):
+            continue
+        write = u.read_writes.writes[0].kernel_index(placements[u.name], *group)
+        for n in nodes:
+            for d in n.read_writes.reads:
+                if d.name in u.update_aliases and (
+                        d.name != u.node.target.name or d.kernel_index(placements[n.name], *group) != write):
+                    return False
+    return True
 
 
 def fusion_score(a: KernelGroup, b: KernelGroup, sizes: Callable[[str], Expr]) -> int:

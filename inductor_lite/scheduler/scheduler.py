@@ -30,8 +30,8 @@ import sympy
 
 from ..ir.indexing import Expr, product
 from ..ir.nodes import (
-    Buffer, ComputedBuffer, ExternKernel, MultiOutput, Reduction, Scan, format_node, iter_ir_leaves, resplit_reduction,
-    input_aliases, underlying_buffer, updated_input,
+    Buffer, ComputedBuffer, ExternKernel, MultiOutput, MutationBuffer, Reduction, Scan, format_node, input_aliases,
+    iter_ir_leaves, resplit_reduction, underlying_buffer, updated_input,
 )
 from ..logs import artifact_enabled, log_artifact
 from ..config import config
@@ -145,7 +145,14 @@ class Scheduler:
         self.buffers: dict[str, Buffer] = {b.name: b for b in graph.buffers}
         nodes = []
         for order, buffer in enumerate(graph.buffers):
-            if isinstance(buffer, ComputedBuffer):
+            if isinstance(buffer, MutationBuffer):
+                # last, as AOTAutograd's copy_ is: after the readers of the old value even
+                # in a kernel it shares with them (a reader realized at the graph's output
+                # is registered after it)
+                node = SchedulerNode(buffer, order + len(graph.buffers))
+                node.update_aliases = input_aliases(graph.buffers, buffer.target.name)
+                nodes.append(node)
+            elif isinstance(buffer, ComputedBuffer):
                 nodes.append(SchedulerNode(buffer, order))
             elif isinstance(buffer, (ExternKernel, MultiOutput)):
                 nodes.append(ExternSchedulerNode(buffer, order))
