@@ -11,6 +11,8 @@ import pytest
 import torch
 
 import inductor_lite
+from inductor_lite.dsl import assembler
+from conftest import assemble_launches
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -187,3 +189,17 @@ def test_dynamic_shapes(device):
 
 def test_reduce_overhead_keeps_updates_correct(device):
     check(lambda x, y: x.add_(y) * 2, torch.randn(16), torch.randn(16), mode="reduce-overhead")
+
+
+def test_update_kernels_compile_to_ptx(kernel_launches):
+    """An update fused with its reader, one computed through a buffer, and a scatter
+    into a cache go through the NVPTX compiler and assemble for sm_80 and sm_90."""
+    if not assembler.can_assemble():
+        pytest.skip("needs nvJitLink or ptxas")
+    check(lambda x, y: x.add_(y) * 3, torch.randn(8, 5), torch.randn(8, 5))
+    check(lambda x: x.copy_(x.flip(0) * 2).sum(), torch.randn(33))
+    check(lambda c, p, k: c.index_copy_(2, p, k), torch.randn(2, 3, 16, 4), torch.tensor([5, 9]),
+          torch.randn(2, 3, 2, 4))
+    assert len(kernel_launches) >= 4
+    assemble_launches(kernel_launches)
+

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 import inductor_lite
 from inductor_lite.config import config
+from inductor_lite.dsl import assembler
+from conftest import assemble_launches
 
 DTYPES = [torch.float32, torch.bfloat16, torch.int64]
 
@@ -136,6 +138,22 @@ def test_cross_entropy_backward():
     (expected,) = torch.autograd.grad(F.cross_entropy(x, target), x)
     torch.testing.assert_close(grad, expected)
     assert not [k for k in inductor_lite.counters if k.startswith("extern.")]
+
+
+def test_bounds_checked_reads_compile_to_ptx(kernel_launches):
+    """Kernels that assert their gathered indices (pointwise, and inside the row
+    reductions of cross-entropy's forward and backward) go through the NVPTX compiler
+    and assemble for sm_80 and sm_90."""
+    if not assembler.can_assemble():
+        pytest.skip("needs nvJitLink or ptxas")
+    x, i = torch.randn(6, 9), torch.randint(0, 9, (6, 4))
+    check(lambda x, i: torch.gather(x, 1, i) * 2, x, i)
+    check(lambda w, i: F.embedding(i, w) + 1, torch.randn(11, 8), torch.randint(0, 11, (3, 5)))
+    logits = torch.randn(8, 10, requires_grad=True)
+    torch.compile(lambda x, t: F.cross_entropy(x, t), backend="inductor_lite")(
+        logits, torch.randint(0, 10, (8,))).backward()
+    assert len(kernel_launches) >= 4
+    assemble_launches(kernel_launches)
 
 
 def test_scatters_at_a_symbolic_position_of_either_sign():
