@@ -99,7 +99,7 @@ def _safe_in_place(mutation: MutationBuffer, updated: set[str], buffers) -> bool
     accesses = extract_read_writes(mutation)
     (write,) = accesses.writes
     target = mutation.target.name
-    unsafe = set().union(*(input_aliases(buffers, name) for name in updated | {target})) - {target}
+    unsafe = input_aliases(buffers, updated | {target}) - {target}
     return all(d.index == write.index if d.name == target else d.name not in unsafe for d in accesses.reads)
 
 

@@ -456,10 +456,11 @@ class MutationBuffer(ComputedBuffer):
     ``copy_(input, new_value)`` kept in an inference graph
     (``keep_inference_input_mutations``), as TorchInductor does with it.
 
-    The scheduler runs it in a kernel of its own (it reads ``target`` only at the
-    element it writes: `fx_lowering.constructors` sees to it) after every reader of the
-    input's old value, and keeps it though nothing reads it; the wrapper binds its name
-    to the input, never allocates it and never hands its storage on.
+    It reads ``target`` only at the element it writes (`fx_lowering.constructors` sees
+    to it). The scheduler runs it after every reader of the input's old value, in a
+    kernel it may share only with pointwise nodes reading the input at those elements
+    (`scheduler.fusion`), and keeps it though nothing reads it; the wrapper binds its
+    name to the input, never allocates it and never hands its storage on.
     """
 
     def __init__(self, name: str, target: "InputBuffer", data: Loops):
@@ -759,11 +760,11 @@ def iter_ir_leaves(tree: Any) -> Iterator[IRNode]:
             yield leaf
 
 
-def input_aliases(buffers, name: str) -> set[str]:
-    """``name`` (a graph input) and the names of extern results that may share its
-    storage (`ir.nodes.ExternKernel.may_alias_inputs`: ``x.view(torch.int32)``), found
-    transitively, with their `MultiOutput` elements."""
-    names, grown = {name}, True
+def input_aliases(buffers, inputs: set[str]) -> set[str]:
+    """``inputs`` (graph input names) and the names of extern results that may share
+    their storage (`ir.nodes.ExternKernel.may_alias_inputs`: ``x.view(torch.int32)``),
+    found transitively, with their `MultiOutput` elements."""
+    names, grown = set(inputs), True
     while grown:
         grown = False
         for b in buffers:

@@ -60,6 +60,8 @@ class SchedulerNode:
         rnumel = data.get_reduction_numel() if isinstance(data, (Reduction, Scan)) else sympy.Integer(1)
         self.group: tuple[Expr, Expr] = (product(data.ranges), rnumel)
         self.column: Optional[SchedulerNode] = None
+        # for an update of a graph input: the input's names (it and extern aliases), set by the scheduler
+        self.update_aliases: set[str] = set()
         origin = data.split_origin if isinstance(data, Reduction) else None
         if origin is not None and origin.mix_order:
             column = column_read_writes(buffer)
@@ -149,9 +151,7 @@ class Scheduler:
                 # last, as AOTAutograd's copy_ is: after the readers of the old value even
                 # in a kernel it shares with them (a reader realized at the graph's output
                 # is registered after it)
-                node = SchedulerNode(buffer, order + len(graph.buffers))
-                node.update_aliases = input_aliases(graph.buffers, buffer.target.name)
-                nodes.append(node)
+                nodes.append(SchedulerNode(buffer, order + len(graph.buffers)))
             elif isinstance(buffer, ComputedBuffer):
                 nodes.append(SchedulerNode(buffer, order))
             elif isinstance(buffer, (ExternKernel, MultiOutput)):
@@ -208,14 +208,17 @@ class Scheduler:
                     dag.add_edge(producer, consumer)
         # an input's update runs after every other reader of the input's old value,
         # under its own name or an extern's alias of it
+        readers: dict[str, list] = {}
+        for n in self.nodes:
+            for name in n.read_names():
+                readers.setdefault(name, []).append(n)
         for n in self.nodes:
             target = updated_input(n.node)
             if target is None:
                 continue
-            names = input_aliases(self.buffers.values(), target.name)
-            for reader in self.nodes:
-                if reader is not n and names & reader.read_names():
-                    dag.add_edge(step_of[reader.name], step_of[n.name])
+            n.update_aliases = input_aliases(self.buffers.values(), {target.name})
+            for reader in {r for name in n.update_aliases for r in readers.get(name, ())} - {n}:
+                dag.add_edge(step_of[reader.name], step_of[n.name])
         return dag
 
     def _order_for_memory(self) -> tuple[list[Step], memory_order.PeakMemory]:
