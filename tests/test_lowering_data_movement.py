@@ -5,6 +5,10 @@ data, so results must be exact) and must no longer be an extern call. Every test
 on CPU (the DSL interpreter) and, marked `gpu`, on CUDA.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -74,10 +78,33 @@ def test_gather_fuses_with_its_consumer_and_producer():
     (lambda x, i: F.embedding(i, x), torch.tensor([2, 5])),
     (lambda x, i: x[i] * 2, torch.tensor([0, 5])),
 ])
-def test_out_of_range_index_read_raises(fn, bad):
+def test_out_of_range_index_read_raises(fn, bad, device):
     # eager raises; a masked load would give 0 silently
+    if device == "cuda":
+        pytest.skip("a device-side assert leaves the CUDA context unusable: "
+                    "test_out_of_range_index_read_stops_the_gpu_kernel runs it in a child process")
     with pytest.raises(AssertionError, match="index out of bounds"):
         torch.compile(fn, backend="inductor_lite")(torch.randn(5, 7), bad)
+
+
+@pytest.mark.gpu
+def test_out_of_range_index_read_stops_the_gpu_kernel(device):
+    """On the GPU the bounds check traps: the launch fails (the next synchronising call
+    raises) instead of a masked load giving 0. The trap kills the CUDA context, so the
+    kernel runs in a child process."""
+    if device == "cpu":
+        pytest.skip("the GPU's trap; test_out_of_range_index_read_raises covers the interpreter")
+    child = (
+        "import torch, inductor_lite\n"
+        "x, i = torch.randn(5, 7, device='cuda'), torch.tensor([[0, 7]] * 5, device='cuda')\n"
+        "out = torch.compile(lambda x, i: torch.gather(x, 1, i), backend='inductor_lite')(x, i)\n"
+        "torch.cuda.synchronize()\n"
+        "print('no error:', out.tolist())\n"
+    )
+    env = dict(os.environ, INDUCTOR_LITE_FALLBACK_ON_ERROR="0")
+    proc = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "no error" not in proc.stdout, proc.stdout
+    assert "CUDA" in proc.stderr or "cuda" in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -140,10 +167,12 @@ def test_cross_entropy_backward():
     assert not [k for k in inductor_lite.counters if k.startswith("extern.")]
 
 
-def test_bounds_checked_reads_compile_to_ptx(kernel_launches):
+def test_bounds_checked_reads_compile_to_ptx(kernel_launches, device):
     """Kernels that assert their gathered indices (pointwise, and inside the row
     reductions of cross-entropy's forward and backward) go through the NVPTX compiler
     and assemble for sm_80 and sm_90."""
+    if device == "cuda":
+        pytest.skip("records interpreter launches; on CUDA the other tests run these kernels")
     if not assembler.can_assemble():
         pytest.skip("needs nvJitLink or ptxas")
     x, i = torch.randn(6, 9), torch.randint(0, 9, (6, 4))
@@ -161,13 +190,13 @@ def test_scatters_at_a_symbolic_position_of_either_sign():
     # negative one must count from the end on every call (a fuzzing helper's find)
     def grad_of_select(x, a):
         x = x.clone().requires_grad_()
-        (x[a] * torch.arange(1.0, 4.0)).sum().backward()
+        (x[a] * torch.arange(1.0, 4.0, device=x.device)).sum().backward()
         return x.grad
 
     with config.patch(fallback_on_error=True):
         scatters = [torch.compile(f, backend="inductor_lite", dynamic=True) for f in (
-            lambda x, a: x.slice_scatter(torch.ones(2, 3), 0, a, a + 2),
-            lambda x, a: x.select_scatter(torch.full((3,), 7.0), 0, a),
+            lambda x, a: x.slice_scatter(torch.ones(2, 3, device=x.device), 0, a, a + 2),
+            lambda x, a: x.select_scatter(torch.full((3,), 7.0, device=x.device), 0, a),
         )]
         grads = torch.compile(grad_of_select, backend="inductor_lite", dynamic=True)
         x = torch.randn(6, 3)
