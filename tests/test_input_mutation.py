@@ -103,6 +103,35 @@ def test_inputs_updated_from_each_other(device):
             torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_optimizer_steps_built_from_addcmul_and_addcdiv_have_no_extern(device, dtype):
+    # Dynamo writes x.addcmul_(a, b, value=v) and x.addcdiv_(...) as TorchInductor's
+    # prims.fma: lowered, a step is kernels only
+    for cls, kwargs in [(torch.optim.Adam, dict(foreach=False)), (torch.optim.AdamW, dict(foreach=False)),
+                        (torch.optim.RMSprop, dict(foreach=False, momentum=0.5)),
+                        (torch.optim.Adagrad, dict(foreach=False))]:
+        params = [torch.randn(6, 5, dtype=dtype), torch.randn(9, dtype=dtype)]
+        eager_params = [p.clone().requires_grad_() for p in params]
+        mine = [p.clone().requires_grad_() for p in params]
+        eager_opt, my_opt = cls(eager_params, lr=0.01, **kwargs), cls(mine, lr=0.01, **kwargs)
+        torch._dynamo.reset()
+        inductor_lite.reset_counters()
+        step = torch.compile(my_opt.step, backend="inductor_lite")
+        for _ in range(3):
+            for p, q in zip(eager_params, mine):
+                p.grad = torch.randn_like(p)
+                q.grad = p.grad.clone()
+            eager_opt.step()
+            with torch.no_grad():
+                step()
+        tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-2)
+        for p, q in zip(eager_params, mine):
+            torch.testing.assert_close(q, p, **tol, msg=cls.__name__)
+        externs = [k for k in inductor_lite.counters if k.startswith("extern.")]
+        assert not externs, (cls.__name__, externs)
+        assert inductor_lite.counters["graphs_fallback"] == 0
+
+
 def test_reads_through_an_extern_alias_of_the_input(device):
     # x.view(torch.int32) is an extern call whose result shares x's memory
     def read_then_update(x, y, w):

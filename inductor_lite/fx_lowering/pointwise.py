@@ -7,6 +7,7 @@ import math
 
 import sympy
 import torch
+import torch._inductor.inductor_prims  # noqa: F401  (registers prims.fma)
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 from ..ir.ops import ops
@@ -49,6 +50,13 @@ def _lower_rsub(ctx, a, b, alpha=1):
 
 
 register_pointwise([aten.mul.Tensor, aten.mul.Scalar], _mul)
+
+# TorchInductor's fused multiply-add prim: Dynamo writes ``x.addcmul_(a, b, value=v)``,
+# ``x.addcdiv_(...)`` and ``x.add_(y, alpha=tensor)`` with it (optimizer steps are made
+# of them). ``a * b + c`` is one ``fma.rn`` on the GPU (the NVPTX code contracts a
+# multiply feeding an add, `dsl.nvptx_ops`), as eager's CUDA addcmul computes it; the
+# interpreter rounds twice, as the prim's eager implementation ``(a * b) + c`` does.
+register_pointwise([torch.ops.prims.fma.default], lambda dt, a, b, c: ops.add(ops.mul(a, b), c))
 
 
 def _signs_differ(dt, mod, y):
