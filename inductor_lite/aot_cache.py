@@ -85,6 +85,7 @@ class CachedOutputCode(OutputCode):
             to AOTAutograd again on a load, as when compiling), or None.
         cudagraph_plan: in a CUDA-graph mode, how the graph runs (`CUDAGraphPlan`,
             applied again on a load), else None.
+        donated_args: a backward's arguments it may write over (`backend.CompiledGraph`'s).
         constants: the graph's tensor constants by wrapper name (set when saving).
         graph: the pickled aten graph, for the eager fallback (set when saving).
         gm: the aten graph while in memory.
@@ -100,6 +101,7 @@ class CachedOutputCode(OutputCode):
     bypass: Optional[str] = None
     output_strides: Optional[list] = None
     cudagraph_plan: Optional[CUDAGraphPlan] = None
+    donated_args: tuple = ()
     constants: dict = dataclasses.field(default_factory=dict)
     graph: Optional[bytes] = None
     gm: Optional[torch.fx.GraphModule] = None
@@ -129,6 +131,7 @@ class CachedOutputCode(OutputCode):
         graph = CompiledGraph(call, _PickledGraph(self.graph), self.source, self.name, self.mode,
                               self.options, self.kernels, self.extern_ops)
         graph.cudagraph_plan = self.cudagraph_plan
+        graph.donated_args = self.donated_args
         self.compiled = graph
         if self.cudagraph_plan is not None:
             with config.patch(**self.options):  # options may turn on the cudagraphs log
@@ -245,5 +248,6 @@ def output_code(compiled: Callable, gm: torch.fx.GraphModule) -> CachedOutputCod
                             extern_ops=dict(getattr(graph, "extern_ops", {})),
                             bypass=bypass,
                             output_strides=getattr(graph, "output_strides", None),
-                            cudagraph_plan=getattr(graph, "cudagraph_plan", None), gm=gm)
+                            cudagraph_plan=getattr(graph, "cudagraph_plan", None),
+                            donated_args=tuple(getattr(graph, "donated_args", ())), gm=gm)
 

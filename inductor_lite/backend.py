@@ -137,6 +137,10 @@ class CompiledGraph:
             are re-applied around a call when `config` differs from them.
         cudagraph_plan: in a CUDA-graph mode, how it runs (`runtime.cudagraphs`
             ``CUDAGraphPlan``), else None.
+        donated_args: a backward's argument positions whose storage the code may write
+            over (AOTAutograd's donated saved tensors, `_mark_donated_inputs`).
+            When the autograd graph is retained (``backward(retain_graph=True)``) they
+            are cloned first, so a later backward reads the saved values again.
 
     After the first call, a call adds one flag check to the generated ``call`` (and,
     when runtime options were given, a comparison of them with `config`).
@@ -157,9 +161,13 @@ class CompiledGraph:
         self.mode = mode
         self.options = options
         self.runtime_options = {k: v for k, v in options.items() if k in RUNTIME_OPTIONS}
+        self.donated_args: tuple[int, ...] = ()
         self._verified = False
 
     def __call__(self, args: list) -> Any:
+        if self.donated_args and _keep_graph():
+            for i in self.donated_args:
+                args[i] = args[i].clone()
         # config.patch costs ~3 us; skip it when the config already holds the options
         if self.runtime_options and any(getattr(config, k) != v for k, v in self.runtime_options.items()):
             with config.patch(**self.runtime_options):
@@ -385,14 +393,15 @@ def _aot_compiler(gm: torch.fx.GraphModule, example_inputs: list, *, kind: str, 
                   options: dict, cached: bool) -> Callable:
     """AOTAutograd's graph compiler of ``kind``; ``cached``: return what its cache
     stores (`aot_cache`)."""
-    if kind == "bw" and not uses_cudagraphs(mode):
-        _mark_donated_inputs(gm)
+    donated = _mark_donated_inputs(gm) if kind == "bw" and not uses_cudagraphs(mode) else ()
     if kind != "bw":
         _mark_user_outputs(gm)
     if kind == "fw":
         _save_old_values_of_updated_inputs(gm)
     _adopt_input_strides(gm, example_inputs)
     compiled = compile_graph(gm, kind, mode, options)
+    if isinstance(compiled, CompiledGraph):
+        compiled.donated_args = donated
     return aot_cache.output_code(compiled, gm) if cached else compiled
 
 
@@ -443,26 +452,44 @@ def _save_old_values_of_updated_inputs(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
-def _mark_donated_inputs(gm: torch.fx.GraphModule) -> None:
-    """Flag the backward's inputs whose storage it may reuse (`fx_lowering.graph.DONATED`):
-    the saved tensors AOTAutograd donates (``fw_metadata.bw_donated_idxs``: no forward
-    input or output, user output or gradient aliases them, so nothing reads them after
-    the backward; TorchInductor's ``DonatedBuffer``), except those sharing a storage
-    with another input, which may still be read when one name dies. Under CUDA graphs
-    the saved tensors live in the forward graph's static memory: none are flagged."""
+def _mark_donated_inputs(gm: torch.fx.GraphModule) -> tuple[int, ...]:
+    """Flag the backward's inputs whose storage it may reuse (`fx_lowering.graph.DONATED`)
+    and return their positions: the saved tensors AOTAutograd donates
+    (``fw_metadata.bw_donated_idxs``: no forward input or output, user output or
+    gradient aliases them, so nothing reads them after the backward; TorchInductor's
+    ``DonatedBuffer``), except those sharing a storage with another input, which may
+    still be read when one name dies. Under CUDA graphs the saved tensors live in the
+    forward graph's static memory: none are flagged (the caller does not call this)."""
     context = torch._guards.TracingContext.try_get()
     meta = getattr(context, "fw_metadata", None)
     donated = getattr(meta, "bw_donated_idxs", None)
     if not donated or meta.tokens or meta.num_backward_tokens:
-        return  # effect tokens shift the indices off the backward's placeholders (Inductor unlifts them)
+        return ()  # effect tokens shift the indices off the backward's placeholders (Inductor unlifts them)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     saved = len(placeholders) - len(meta.traced_tangents)  # saved values come first, then the gradients
     storages = collections.Counter(_storage(n.meta.get("val")) for n in placeholders)
+    flagged = []
     for i in donated:
         if i < saved:  # a saved tensor, never a gradient the caller holds
             storage = _storage(placeholders[i].meta.get("val"))
             if storage is not None and storages[storage] == 1:
                 placeholders[i].meta[DONATED] = True
+                flagged.append(i)
+    if _keep_graph is None:
+        return ()  # torch keeps its own check
+    # AOTAutograd refuses a retained graph (``backward(retain_graph=True)``) whose
+    # compiled backward has donated buffers: its runtime check reads this list, and it
+    # empties the list only when it compiles the backward lazily, on a first backward
+    # that already retains the graph. Our AOTAutograd cache compiles the backward with
+    # the forward (`aot_cache`), so the check moves into `CompiledGraph`, which clones
+    # the donated arguments when the graph is retained. Emptied in place: the list is
+    # shared by AOTAutograd's forward and inner metadata (a cache entry stores it empty).
+    donated.clear()
+    return tuple(flagged)
+
+
+_keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+"""Whether the running backward retains the autograd graph (``retain_graph=True``)."""
 
 
 def _storage(value: Any) -> Optional[StorageWeakRef]:

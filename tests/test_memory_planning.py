@@ -269,6 +269,39 @@ def test_training_reuses_the_saved_logits_for_their_gradient(tmp_path, monkeypat
     assert f"\ndef {'red' if form == 'looped' else 'per'}_fused" in open(os.path.join(folder, "output_code.py")).read()
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_retained_graph_backward_twice_over_donated_saved_tensors(device):
+    """``backward(retain_graph=True)`` then ``backward()``: the backward writes the
+    logits' gradient over the donated saved logits, so on a retained graph it works
+    on copies and the second backward reads the saved values again. Twice: compiled,
+    then loaded from AOTAutograd's cache (whose entry compiled the backward with the
+    forward)."""
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 50))
+        x, target = torch.randn(12, 16), torch.randint(0, 50, (12,))
+
+    def loss(x):
+        return F.cross_entropy(model(x), target)
+
+    def twice(fn):
+        model.zero_grad()
+        out = fn(x)
+        out.backward(retain_graph=True)
+        first = [p.grad.clone() for p in model.parameters()]
+        out.backward()
+        return first, [p.grad.clone() for p in model.parameters()]
+
+    expected = twice(loss)
+    for load in (False, True):
+        torch._dynamo.reset()
+        inductor_lite.reset_counters()
+        got = twice(torch.compile(loss, backend="inductor_lite"))
+        assert inductor_lite.counters["aot_cache_hits"] == (2 if load else 0)
+        for g, e in zip(got[0] + got[1], expected[0] + expected[1]):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", ["graph input", "read later", "transposed read", "graph output", "other dtype"])
 def test_no_inplace_when_unsafe(case, poison_reused, planned_only):
     def fn(x, w, v):
