@@ -83,53 +83,44 @@ def test_inputs_updated_from_each_other(device):
         b.copy_(a_old + 1)
 
     check(swap, torch.randn(40), torch.randn(40))
-    for name, cls, kwargs in [("sgd", torch.optim.SGD, dict(momentum=0.9, nesterov=True, weight_decay=0.1)),
-                              ("adam", torch.optim.Adam, dict(amsgrad=True, weight_decay=0.1)),
-                              ("adamax", torch.optim.Adamax, {})]:
-        params = [torch.randn(5, 4), torch.randn(7)]
-        eager_params = [p.clone().requires_grad_() for p in params]
-        mine = [p.clone().requires_grad_() for p in params]
-        eager_opt, my_opt = cls(eager_params, lr=0.01, **kwargs), cls(mine, lr=0.01, **kwargs)
-        torch._dynamo.reset()
-        step = torch.compile(my_opt.step, backend="inductor_lite")
-        for _ in range(3):
-            for p, q in zip(eager_params, mine):
-                p.grad = torch.randn_like(p)
-                q.grad = p.grad.clone()
-            eager_opt.step()
-            with torch.no_grad():
-                step()
-        for p, q in zip(eager_params, mine):
-            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)
+    for cls, kwargs in [(torch.optim.SGD, dict(momentum=0.9, nesterov=True, weight_decay=0.1)),
+                        (torch.optim.Adam, dict(amsgrad=True, weight_decay=0.1)),
+                        (torch.optim.Adamax, {})]:
+        check_optimizer_steps(cls, kwargs, [torch.randn(5, 4), torch.randn(7)])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_optimizer_steps_built_from_addcmul_and_addcdiv_have_no_extern(device, dtype):
     # Dynamo writes x.addcmul_(a, b, value=v) and x.addcdiv_(...) as TorchInductor's
     # prims.fma: lowered, a step is kernels only
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-2)
     for cls, kwargs in [(torch.optim.Adam, dict(foreach=False)), (torch.optim.AdamW, dict(foreach=False)),
                         (torch.optim.RMSprop, dict(foreach=False, momentum=0.5)),
                         (torch.optim.Adagrad, dict(foreach=False))]:
-        params = [torch.randn(6, 5, dtype=dtype), torch.randn(9, dtype=dtype)]
-        eager_params = [p.clone().requires_grad_() for p in params]
-        mine = [p.clone().requires_grad_() for p in params]
-        eager_opt, my_opt = cls(eager_params, lr=0.01, **kwargs), cls(mine, lr=0.01, **kwargs)
-        torch._dynamo.reset()
-        inductor_lite.reset_counters()
-        step = torch.compile(my_opt.step, backend="inductor_lite")
-        for _ in range(3):
-            for p, q in zip(eager_params, mine):
-                p.grad = torch.randn_like(p)
-                q.grad = p.grad.clone()
-            eager_opt.step()
-            with torch.no_grad():
-                step()
-        tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-2)
-        for p, q in zip(eager_params, mine):
-            torch.testing.assert_close(q, p, **tol, msg=cls.__name__)
+        check_optimizer_steps(cls, kwargs, [torch.randn(6, 5, dtype=dtype), torch.randn(9, dtype=dtype)], **tol)
         externs = [k for k in inductor_lite.counters if k.startswith("extern.")]
         assert not externs, (cls.__name__, externs)
-        assert inductor_lite.counters["graphs_fallback"] == 0
+
+
+def check_optimizer_steps(cls, kwargs, params, rtol=1e-5, atol=1e-6):
+    """Three steps of optimizer ``cls(**kwargs)`` over copies of ``params``, its ``step``
+    compiled and eager, on the same random gradients, leave the same parameters."""
+    eager_params = [p.clone().requires_grad_() for p in params]
+    mine = [p.clone().requires_grad_() for p in params]
+    eager_opt, my_opt = cls(eager_params, lr=0.01, **kwargs), cls(mine, lr=0.01, **kwargs)
+    torch._dynamo.reset()
+    inductor_lite.reset_counters()
+    step = torch.compile(my_opt.step, backend="inductor_lite")
+    for _ in range(3):
+        for p, q in zip(eager_params, mine):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        eager_opt.step()
+        with torch.no_grad():
+            step()
+    for p, q in zip(eager_params, mine):
+        torch.testing.assert_close(q, p, rtol=rtol, atol=atol, msg=cls.__name__)
+    assert inductor_lite.counters["graphs_fallback"] == 0
 
 
 def test_reads_through_an_extern_alias_of_the_input(device):
