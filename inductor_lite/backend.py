@@ -167,7 +167,7 @@ class CompiledGraph:
     def __call__(self, args: list) -> Any:
         if self.donated_args and _keep_graph():
             for i in self.donated_args:
-                args[i] = args[i].clone()
+                args[i] = _copy_keeping_layout(args[i])
         # config.patch costs ~3 us; skip it when the config already holds the options
         if self.runtime_options and any(getattr(config, k) != v for k, v in self.runtime_options.items()):
             with config.patch(**self.runtime_options):
@@ -486,6 +486,13 @@ def _mark_donated_inputs(gm: torch.fx.GraphModule) -> tuple[int, ...]:
     # shared by AOTAutograd's forward and inner metadata (a cache entry stores it empty).
     donated.clear()
     return tuple(flagged)
+
+
+def _copy_keeping_layout(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its sizes, strides and storage offset: generated code reads
+    an argument with the layout it was compiled for (a strided slice, an expanded or
+    transposed view), so its storage is copied whole."""
+    return t.new_empty(0).set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
 
 
 _keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)

@@ -302,6 +302,29 @@ def test_a_retained_graph_backward_twice_over_donated_saved_tensors(device):
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("view", [lambda y: y[:, ::2], lambda y: y[:, 1:4], lambda y: y.t()[::2],
+                                  lambda y: y[:, :1].expand(-1, 6)])
+def test_a_retained_graph_over_a_donated_view(view):
+    """A donated saved tensor that is a strided view (a step, an offset, a transpose, an
+    expansion) is copied with its layout when the graph is retained: the backward
+    reads it with the strides it was compiled for."""
+    a, b = torch.randn(6, 5, requires_grad=True), torch.randn(5, 8, requires_grad=True)
+
+    def loss(a, b):
+        y = view(a @ b)
+        return (y * y.sin()).sum()
+
+    grads = []
+    for fn in (loss, torch.compile(loss, backend="inductor_lite")):
+        out = fn(a, b)
+        out.backward(retain_graph=True)
+        out.backward()
+        grads.append((a.grad, b.grad))
+        a.grad = b.grad = None
+    for g, e in zip(grads[1], grads[0]):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", ["graph input", "read later", "transposed read", "graph output", "other dtype"])
 def test_no_inplace_when_unsafe(case, poison_reused, planned_only):
     def fn(x, w, v):
