@@ -140,7 +140,8 @@ class CompiledGraph:
         donated_args: a backward's argument positions whose storage the code may write
             over (AOTAutograd's donated saved tensors, `_mark_donated_inputs`).
             When the autograd graph is retained (``backward(retain_graph=True)``) they
-            are cloned first, so a later backward reads the saved values again.
+            are copied first, layout kept, so a later backward reads the saved values
+            again.
 
     After the first call, a call adds one flag check to the generated ``call`` (and,
     when runtime options were given, a comparison of them with `config`).
@@ -481,7 +482,7 @@ def _mark_donated_inputs(gm: torch.fx.GraphModule) -> tuple[int, ...]:
     # compiled backward has donated buffers: its runtime check reads this list, and it
     # empties the list only when it compiles the backward lazily, on a first backward
     # that already retains the graph. Our AOTAutograd cache compiles the backward with
-    # the forward (`aot_cache`), so the check moves into `CompiledGraph`, which clones
+    # the forward (`aot_cache`), so the check moves into `CompiledGraph`, which copies
     # the donated arguments when the graph is retained. Emptied in place: the list is
     # shared by AOTAutograd's forward and inner metadata (a cache entry stores it empty).
     donated.clear()
