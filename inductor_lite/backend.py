@@ -46,7 +46,7 @@ from .debug import dump_graph
 from .fx_lowering.decompositions import decomposition_table
 from .fx_lowering.graph import DONATED, GraphLowering, graph_constants
 from .fx_passes import run_joint_passes, run_passes
-from .fx_passes.common import GRAPH_KIND, USER_OUTPUTS, refresh_downstream
+from .fx_passes.common import GRAPH_KIND, USER_OUTPUTS, refresh_downstream, updated_placeholders
 from .logs import log_artifact
 from .runtime import compile_pool
 from .runtime.cudagraphs import apply_plan, plan_cudagraphs, uses_cudagraphs
@@ -432,8 +432,7 @@ def _save_old_values_of_updated_inputs(gm: torch.fx.GraphModule) -> None:
     gradient (a buffer: ``buf.mul_(2)``) in the forward graph, and the partitioner may
     save the input itself to recompute from (``sin(buf + 1)``); saved as is, the
     backward would read the new value. The copy is taken before the update runs."""
-    updated = {n.args[0] for n in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.copy_.default)
-               if isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
+    updated = updated_placeholders(gm.graph)
     output = gm.graph.output_node()
     values = list(output.args[0])
     user = gm.meta.get(USER_OUTPUTS)

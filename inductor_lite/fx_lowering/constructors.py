@@ -8,6 +8,7 @@ from __future__ import annotations
 import sympy
 import torch
 
+from ..fx_passes.common import updated_placeholders
 from ..ir.indexing import as_expr
 from ..ir.nodes import InputBuffer, IRNode, MutationBuffer, ScatterBuffer, StorageBox, input_aliases
 from ..ir.ops import ops
@@ -74,16 +75,10 @@ def _lower_copy_into_input(ctx, dst, src, non_blocking=False):
         written = written.target
     value = _identity_cast(ctx, src)
     mutation = MutationBuffer(ctx.graph.new_name(), dst, value.data)
-    if not _safe_in_place(mutation, _updated_inputs(ctx.node.graph), ctx.graph.buffers):
+    if not _safe_in_place(mutation, {p.name for p in updated_placeholders(ctx.node.graph)}, ctx.graph.buffers):
         mutation = MutationBuffer(mutation.name, dst, _identity_cast(ctx, ctx.graph.realize(value)).data)
     ctx.graph.register_buffer(mutation)
     return dst
-
-
-def _updated_inputs(graph: torch.fx.Graph) -> set[str]:
-    """Names of the placeholders that ``graph`` updates with ``copy_``."""
-    return {n.args[0].name for n in graph.find_nodes(op="call_function", target=aten.copy_.default)
-            if isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
 
 
 def _safe_in_place(mutation: MutationBuffer, updated: set[str], buffers) -> bool:

@@ -31,6 +31,13 @@ VIEW_OPS = frozenset({
 """Ops that keep a tensor's values and only change its shape or storage (``clone`` and
 ``expand`` included: the passes check element counts where broadcasting would matter)."""
 
+def updated_placeholders(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The placeholders ``graph`` updates in place: ``copy_(placeholder, value)``, the
+    form AOTAutograd keeps an input mutation in (``keep_inference_input_mutations``)."""
+    return {n.args[0] for n in graph.find_nodes(op="call_function", target=aten.copy_.default)
+            if isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
+
+
 GRAPH_KIND = "inductor_lite_graph_kind"
 """``gm.meta`` key: ``fw``, ``bw`` or ``inference``, set by the backend before the passes."""
 
